@@ -1,0 +1,350 @@
+"""Device helpers shared by every kernel module (issue 3, part A owns this file).
+
+What lives here
+- ``IS_SIM``: True when numba's CUDA simulator is active (``NUMBA_ENABLE_CUDASIM=1`` before numba is imported).
+- ``devfn``: the decorator for small device helpers (``cuda.jit(device=True, forceinline=True)`` on the GPU,
+  ``cuda.jit(device=True)`` in the simulator, which knows no ``forceinline``).
+- Warp reductions ``warp_sum(v)``, ``warp_max(v)``, ``warp_min(v)``: xor-butterfly over the 32 lanes with
+  ``shfl_xor_sync`` on the GPU (every lane gets the same result; offsets 16, 8, 4, 2, 1). The simulator has no
+  shuffles: its versions write the lane values to a block-wide shared buffer, ``syncthreads()``, replay the same
+  butterfly in Python on the lane values (same order, so the same rounding), ``syncthreads()`` again.
+  **Simulator rule:** there the warp helpers are block barriers, so call them from block-uniform control flow
+  (every live thread of the block reaches the call; threads that already returned are fine) and use blocks whose
+  size is a multiple of 32. Kernels written that way behave the same on both.
+- ``warp_sum_i`` / ``warp_argmax``: the same for int32 sums and (value, index) argmax with lowest index on ties.
+- bf16: the package stores bf16 as ``uint16`` raw bits (see ``tensorfold.model.bf16``) in host and device arrays.
+  ``bf16_to_f32(u16) -> float32`` (exact) and ``f32_to_bf16(f) -> uint16`` (round to nearest even, NaN stays a
+  quiet NaN) are integer bit manipulation, identical on the GPU and in the simulator.
+- e4m3 (OCP FP8 E4M3FN, bias 7, max 448, 0x7F/0xFF = NaN, no infinities): ``f32_to_e4m3(f) -> uint8`` (round to
+  nearest even, saturates to +-448 for finite and infinite overflow, NaN -> 0x7F) and ``e4m3_to_f32(u8)``; integer
+  bit manipulation, identical on the GPU and in the simulator. The numpy twins live in ``tensorfold.reference.kv8``.
+- ``ldg_u32x4(arr, i) -> (u0, u1, u2, u3)``: one 16-byte ``ld.global.nc.v4.u32`` of ``arr[i:i+4]`` (arr a 1-d
+  uint32 device array; ``i`` a multiple of 4 and the array's base 16-byte aligned: device allocations are 256-byte
+  aligned, so row starts of C-contiguous arrays whose row length in words is a multiple of 4 qualify).
+  ``ldg_u32x4_2d(arr, r, i)`` does the same on a row of a 2-d C-contiguous array. Simulator: four plain loads.
+
+Reference mirrored: ``tensorfold.model.bf16`` (bf16), ``tensorfold.reference.kv8`` (e4m3).
+No launch geometry of its own (device functions only).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from numba import cuda
+
+__all__ = [
+    "IS_SIM",
+    "FULL_MASK",
+    "devfn",
+    "warp_sum",
+    "warp_max",
+    "warp_min",
+    "warp_sum_i",
+    "warp_argmax",
+    "bf16_to_f32",
+    "f32_to_bf16",
+    "f32_to_e4m3",
+    "e4m3_to_f32",
+    "ldg_u32x4",
+    "ldg_u32x4_2d",
+    "COMPILE_SPECS",
+    "HOT",
+]
+
+
+def _sim_active() -> bool:
+    try:
+        from numba.cuda import config as _cfg  # numba-cuda >= 0.2x
+
+        return bool(getattr(_cfg, "ENABLE_CUDASIM", False))
+    except Exception:  # pragma: no cover - very old layouts
+        return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+IS_SIM: bool = _sim_active()
+FULL_MASK = 0xFFFFFFFF
+
+if IS_SIM:
+
+    def devfn(fn):
+        return cuda.jit(device=True)(fn)
+
+else:
+
+    def devfn(fn):
+        return cuda.jit(device=True, forceinline=True)(fn)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# warp reductions
+# ----------------------------------------------------------------------------------------------------------------
+
+if not IS_SIM:
+
+    @devfn
+    def warp_sum(v):
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 16)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 8)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 4)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 2)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 1)
+        return v
+
+    @devfn
+    def warp_sum_i(v):
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 16)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 8)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 4)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 2)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 1)
+        return v
+
+    @devfn
+    def warp_max(v):
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 16))
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 8))
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 4))
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 2))
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 1))
+        return v
+
+    @devfn
+    def warp_min(v):
+        v = min(v, cuda.shfl_xor_sync(FULL_MASK, v, 16))
+        v = min(v, cuda.shfl_xor_sync(FULL_MASK, v, 8))
+        v = min(v, cuda.shfl_xor_sync(FULL_MASK, v, 4))
+        v = min(v, cuda.shfl_xor_sync(FULL_MASK, v, 2))
+        v = min(v, cuda.shfl_xor_sync(FULL_MASK, v, 1))
+        return v
+
+    @devfn
+    def warp_argmax(v, idx):
+        """Max value and its index over the warp; ties -> lowest index. NaN values must be masked by the caller."""
+        off = 16
+        while off > 0:
+            ov = cuda.shfl_xor_sync(FULL_MASK, v, off)
+            oi = cuda.shfl_xor_sync(FULL_MASK, idx, off)
+            if ov > v or (ov == v and oi < idx):
+                v = ov
+                idx = oi
+            off >>= 1
+        return v, idx
+
+else:
+
+    def _sim_tid():
+        return cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+
+    def _sim_butterfly(vals, lane, op):
+        # same pairing and order as the shfl_xor chain above
+        for off in (16, 8, 4, 2, 1):
+            vals = [op(vals[i], vals[i ^ off]) for i in range(32)]
+        return vals[lane]
+
+    def _add(a, b):
+        return a + b
+
+    def _max(a, b):
+        return max(a, b)
+
+    def _min(a, b):
+        return min(a, b)
+
+    def _make_sim_reduce(op):
+        def red(v):
+            buf = cuda.shared.array(1024, np.object_)
+            tid = _sim_tid()
+            buf[tid] = v
+            cuda.syncthreads()
+            base = tid - (tid % 32)
+            out = _sim_butterfly(list(buf[base : base + 32]), tid % 32, op)
+            cuda.syncthreads()
+            return out
+
+        return red
+
+    warp_sum = cuda.jit(device=True)(_make_sim_reduce(_add))
+    warp_sum_i = cuda.jit(device=True)(_make_sim_reduce(_add))
+    warp_max = cuda.jit(device=True)(_make_sim_reduce(_max))
+    warp_min = cuda.jit(device=True)(_make_sim_reduce(_min))
+
+    def _argmax_op(a, b):
+        if b[0] > a[0] or (b[0] == a[0] and b[1] < a[1]):
+            return b
+        return a
+
+    _warp_argmax_pair = _make_sim_reduce(_argmax_op)
+
+    @cuda.jit(device=True)
+    def warp_argmax(v, idx):
+        return _warp_argmax_pair((v, idx))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bf16 <-> f32 (uint16 storage)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@devfn
+def bf16_to_f32(u):
+    return np.uint32(np.uint32(u) << np.uint32(16)).view(np.float32)
+
+
+@devfn
+def f32_to_bf16(f):
+    b = np.float32(f).view(np.uint32)
+    if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN: keep sign + top bits, force quiet
+        return np.uint16((b >> np.uint32(16)) | np.uint32(0x0040))
+    lsb = (b >> np.uint32(16)) & np.uint32(1)
+    return np.uint16((b + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# e4m3 (FP8 E4M3FN) <-> f32
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@devfn
+def f32_to_e4m3(f):
+    b = np.float32(f).view(np.uint32)
+    sign = np.uint32((b >> np.uint32(24)) & np.uint32(0x80))
+    a = b & np.uint32(0x7FFFFFFF)
+    if a > np.uint32(0x7F800000):
+        return np.uint8(0x7F)
+    if a >= np.uint32(0x43E00000):  # |f| >= 448 (incl. inf): saturate
+        return np.uint8(sign | np.uint32(0x7E))
+    if a >= np.uint32(0x3C800000):  # |f| >= 2^-6: normal e4m3
+        r = (a + np.uint32(0x7FFFF) + ((a >> np.uint32(20)) & np.uint32(1))) >> np.uint32(20)
+        return np.uint8(sign | (r - np.uint32(960)))
+    e = np.int32(a >> np.uint32(23))  # biased f32 exponent, <= 120 here
+    if e == 0:
+        return np.uint8(sign)  # f32 subnormal: far below the e4m3 grid
+    s = np.int32(141) - e  # 14 - (e - 127): shift that turns the 24-bit significand into units of 2^-9
+    if s >= 26:
+        return np.uint8(sign)
+    m = (a & np.uint32(0x7FFFFF)) | np.uint32(0x800000)
+    q = m >> np.uint32(s)
+    rem = m & ((np.uint32(1) << np.uint32(s)) - np.uint32(1))
+    half = np.uint32(1) << np.uint32(s - 1)
+    if rem > half or (rem == half and (q & np.uint32(1)) == np.uint32(1)):
+        q = q + np.uint32(1)
+    return np.uint8(sign | q)
+
+
+@devfn
+def e4m3_to_f32(u):
+    v = np.uint32(u)
+    sign = (v & np.uint32(0x80)) << np.uint32(24)
+    e = (v >> np.uint32(3)) & np.uint32(0xF)
+    m = v & np.uint32(7)
+    if e == np.uint32(0xF) and m == np.uint32(7):
+        return np.uint32(0x7FC00000 | sign).view(np.float32)
+    if e == np.uint32(0):
+        mag = np.float32(m) * np.float32(0.001953125)  # m * 2^-9, exact
+        if sign != np.uint32(0):
+            return -mag
+        return mag
+    return np.uint32(sign | ((e + np.uint32(120)) << np.uint32(23)) | (m << np.uint32(20))).view(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 16-byte loads
+# ----------------------------------------------------------------------------------------------------------------
+
+if not IS_SIM:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def _v4_load(context, builder, arrty, arr, idxs, idxtys):
+        ary = context.make_array(arrty)(context, builder, value=arr)
+        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
+        i32 = ir.IntType(32)
+        st = ir.LiteralStructType([i32, i32, i32, i32])
+        fnty = ir.FunctionType(st, [ptr.type])
+        asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
+        res = builder.call(asm, [ptr])
+        vals = [builder.extract_value(res, k) for k in range(4)]
+        return context.make_tuple(builder, types.UniTuple(types.uint32, 4), vals)
+
+    @intrinsic
+    def ldg_u32x4(typingctx, arr, i):
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.uint32):
+            return None
+        if not isinstance(i, types.Integer):
+            return None
+        sig = types.UniTuple(types.uint32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            arrty, ity = sig.args
+            arr, idx = args
+            idx = context.cast(builder, idx, ity, types.intp)
+            return _v4_load(context, builder, arrty, arr, [idx], [types.intp])
+
+        return sig, codegen
+
+    @intrinsic
+    def ldg_u32x4_2d(typingctx, arr, r, i):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.uint32):
+            return None
+        if not (isinstance(r, types.Integer) and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(types.uint32, 4)(arr, r, i)
+
+        def codegen(context, builder, sig, args):
+            arrty, rty, ity = sig.args
+            arr, rr, idx = args
+            rr = context.cast(builder, rr, rty, types.intp)
+            idx = context.cast(builder, idx, ity, types.intp)
+            return _v4_load(context, builder, arrty, arr, [rr, idx], [types.intp, types.intp])
+
+        return sig, codegen
+
+else:
+
+    @cuda.jit(device=True)
+    def ldg_u32x4(arr, i):
+        return (arr[i], arr[i + 1], arr[i + 2], arr[i + 3])
+
+    @cuda.jit(device=True)
+    def ldg_u32x4_2d(arr, r, i):
+        return (arr[r, i], arr[r, i + 1], arr[r, i + 2], arr[r, i + 3])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a probe kernel so the compile tier checks every helper on every architecture
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _probe_kernel(xf, xu16, xu8, w, out_f, out_u16, out_u8, out_i):
+    i = cuda.grid(1)
+    n = xf.size
+    v = np.float32(0.0)
+    if i < n:
+        v = xf[i]
+    s = warp_sum(v)
+    mx = warp_max(v)
+    mn = warp_min(v)
+    si = warp_sum_i(np.int32(i))
+    am_v, am_i = warp_argmax(v, np.int32(i))
+    q = ldg_u32x4(w, (i % 4) * 4)
+    if i < n:
+        out_f[i] = s + mx + mn + am_v + bf16_to_f32(xu16[i]) + e4m3_to_f32(xu8[i]) + np.float32(q[0] + q[3])
+        out_u16[i] = f32_to_bf16(xf[i])
+        out_u8[i] = f32_to_e4m3(xf[i])
+        out_i[i] = si + am_i
+
+
+COMPILE_SPECS = [
+    (
+        _probe_kernel,
+        "void(float32[::1], uint16[::1], uint8[::1], uint32[::1], float32[::1], uint16[::1], uint8[::1], int32[::1])",
+    ),
+]
+HOT: set = set()
+
+_ = math  # keep the import for kernels that star-import helpers
