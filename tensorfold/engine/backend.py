@@ -1,0 +1,100 @@
+"""The interface between the engine's host policy and whatever runs the model (`Backend`), plus host sampling.
+
+A backend owns per-stream state in numbered slots (at most `max_slots` at once) and offers:
+
+* `new_slot() -> int`, `free(slot)`: a fresh, empty stream state / release it;
+* `prefill(slot, ids, start_pos, want_logits=True) -> logits [V] | None`: feed prompt tokens at absolute
+  positions start_pos.. (called repeatedly for a chunked prompt; start_pos must equal the tokens the slot holds);
+  returns the last row's logits when asked;
+* `decode(slots, ids) -> logits [n, V]`: one token per slot, each at its slot's next position;
+* `sample(logits [n, V], rows) -> list[int]`: the host sampler (`tensorfold.reference.sampling.sample`);
+* `prefill_sample(slot, ids, start_pos, row) -> int` and `decode_sample(slots, ids, rows) -> list[int]`: what the
+  engine calls: forward and sample together. The defaults sample on the host from the logits; a GPU backend
+  overrides them to sample on the device (the same counter-based draw) and copy back only the ids.
+
+`SampleRow` carries one row's sampling inputs: the request's knobs, its seed, the absolute position of the token
+being sampled (the draw's counter), and `valid_vocab` (ids at or above it, embedding padding, are never drawn).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Backend", "SampleRow", "host_sample"]
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    seed: int
+    position: int
+    valid_vocab: int
+
+
+def host_sample(logits_row: np.ndarray, row: SampleRow) -> int:
+    """One token from one logits row with the reference sampler (the twin of the device sampler)."""
+    from tensorfold.reference.sampling import sample
+
+    return int(
+        sample(
+            logits_row,
+            temperature=row.temperature,
+            top_k=row.top_k,
+            top_p=row.top_p,
+            min_p=row.min_p,
+            seed=row.seed,
+            position=row.position,
+            valid_vocab=row.valid_vocab,
+        )
+    )
+
+
+class Backend(abc.ABC):
+    """See the module docstring. Subclasses set `name`, `vocab_size` (logits width) and `max_slots`."""
+
+    name: str = "?"
+    vocab_size: int
+    max_slots: int
+
+    @abc.abstractmethod
+    def new_slot(self) -> int: ...
+
+    @abc.abstractmethod
+    def free(self, slot: int) -> None: ...
+
+    @abc.abstractmethod
+    def prefill(self, slot: int, ids: Sequence[int], start_pos: int, want_logits: bool = True):
+        """Feed prompt tokens; returns the last row's logits [V] (float32) when want_logits, else None."""
+
+    @abc.abstractmethod
+    def decode(self, slots: Sequence[int], ids: Sequence[int]) -> np.ndarray:
+        """One token per slot; returns logits [n, V]."""
+
+    def sample(self, logits: np.ndarray, rows: Sequence[SampleRow]) -> list[int]:
+        logits = np.asarray(logits)
+        if logits.ndim != 2 or logits.shape[0] != len(rows):
+            raise ValueError(f"sample: logits shape {logits.shape} does not match {len(rows)} rows")
+        return [host_sample(logits[i], r) for i, r in enumerate(rows)]
+
+    def prefill_sample(self, slot: int, ids: Sequence[int], start_pos: int, row: SampleRow) -> int:
+        logits = self.prefill(slot, ids, start_pos, want_logits=True)
+        return self.sample(np.asarray(logits)[None, :], [row])[0]
+
+    def decode_sample(self, slots: Sequence[int], ids: Sequence[int], rows: Sequence[SampleRow]) -> list[int]:
+        if not slots:
+            return []
+        return self.sample(self.decode(slots, ids), rows)
+
+    def close(self) -> None:
+        """Release resources (device memory); the default has nothing to release."""
+
+    def describe(self) -> dict:
+        """Facts for the startup line (weight format, cache format, ...)."""
+        return {"backend": self.name}
