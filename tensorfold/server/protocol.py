@@ -1,0 +1,607 @@
+"""OpenAI-compatible request validation and response shapes for `tensorfold serve`.
+
+Everything a client sends is checked here, before any engine work or stream starts: each problem becomes an
+`ApiError` that the app turns into `{"error": {"message", "type", "param", "code"}}` with the right status.
+The text side of generation also lives here, independent of the engine: an incremental detokenizer that holds
+back incomplete UTF-8, stop-string matching that never returns the matched text, and the `<think>` splitter
+that moves reasoning into `reasoning_content`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+import uuid
+from typing import Any
+
+# ----------------------------------------------------------------------------------------------------------
+# errors
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    501: "not_supported_error",
+    503: "unavailable_error",
+}
+
+
+class ApiError(Exception):
+    """A request failure with an HTTP status and an OpenAI error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | int | None = None,
+                 type: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPE_BY_STATUS.get(status, "invalid_request_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code if self.code is not None else self.status}}
+
+
+def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# body parsing
+
+def parse_json_body(raw: bytes) -> dict:
+    """Bytes -> a JSON object; invalid UTF-8, malformed JSON or a non-object is a 400."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(f"request body is not valid UTF-8 (byte {e.start})") from None
+    if not text.strip():
+        raise bad("request body is empty; expected a JSON object")
+    try:
+        # NaN / Infinity literals parse to floats here so the field validators can name the parameter.
+        body = json.loads(text, parse_constant=lambda c: float(c.replace("Infinity", "inf")))
+    except json.JSONDecodeError as e:
+        raise bad(f"malformed JSON body: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise bad("malformed JSON body: nested too deeply") from None
+    if not isinstance(body, dict):
+        raise bad(f"request body must be a JSON object, not {_json_type(body)}")
+    return body
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def get_number(body: dict, name: str, default, lo=None, hi=None, integer=False, lo_open=False):
+    """A numeric field: bool, NaN/inf, strings and (for `integer`) fractions are 400s naming the field."""
+    v = body.get(name, None)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise bad(f"'{name}' must be {'an integer' if integer else 'a number'}, not {_json_type(v)}", name)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise bad(f"'{name}' must be a finite number, not {v}", name)
+    if integer:
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise bad(f"'{name}' must be an integer, not {v}", name)
+            v = int(v)
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise bad(f"'{name}' must be {'>' if lo_open else '>='} {lo}, got {v}", name)
+    if hi is not None and v > hi:
+        raise bad(f"'{name}' must be <= {hi}, got {v}", name)
+    return v
+
+
+def get_bool(body: dict, name: str, default: bool) -> bool:
+    v = body.get(name, None)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise bad(f"'{name}' must be a boolean, not {_json_type(v)}", name)
+    return v
+
+
+# ----------------------------------------------------------------------------------------------------------
+# generation requests
+
+@dataclasses.dataclass
+class ServeDefaults:
+    """Server-wide settings that requests are checked against and fall back to."""
+    model_names: tuple[str, ...]
+    context: int
+    vocab_size: int
+    max_tokens: int | None = None       # --max-tokens: cap and default for a request's completion length
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+
+
+@dataclasses.dataclass
+class GenRequest:
+    kind: str                          # "chat" | "completion"
+    id: str
+    created: int
+    model: str
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    seed: int
+    seed_given: bool
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    ignore_eos: bool
+    draft: bool
+    prompt_opens_think: bool = False   # the rendered chat prompt ends inside <think>
+
+
+MAX_STOPS = 16
+MAX_STOP_LEN = 1024
+
+
+def check_model(body: dict, defaults: ServeDefaults) -> str:
+    m = body.get("model", None)
+    if m is None:
+        return defaults.model_names[0]
+    if not isinstance(m, str):
+        raise bad(f"'model' must be a string, not {_json_type(m)}", "model")
+    if m not in defaults.model_names:
+        raise ApiError(400, f"The model `{m}` does not exist. Served: {', '.join(defaults.model_names)}",
+                       param="model", code="model_not_found")
+    return m
+
+
+def check_messages(body: dict) -> list[dict]:
+    msgs = body.get("messages", None)
+    if msgs is None:
+        raise bad("'messages' is required", "messages")
+    if not isinstance(msgs, list):
+        raise bad(f"'messages' must be an array, not {_json_type(msgs)}", "messages")
+    if not msgs:
+        raise bad("'messages' must not be empty", "messages")
+    out = []
+    for i, m in enumerate(msgs):
+        p = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad(f"'{p}' must be an object, not {_json_type(m)}", p)
+        role = m.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            raise bad(f"'{p}.role' must be one of system, developer, user, assistant, tool; got {role!r}",
+                      f"{p}.role")
+        content = m.get("content", None)
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise bad(f"'{p}.content[{j}]' must be a text part {{\"type\": \"text\", \"text\": ...}}; "
+                              "other content types are not supported", f"{p}.content")
+                parts.append(part["text"])
+            content = "".join(parts)
+        elif content is None:
+            if role != "assistant":
+                raise bad(f"'{p}.content' is required", f"{p}.content")
+            content = ""
+        elif not isinstance(content, str):
+            raise bad(f"'{p}.content' must be a string or an array of text parts, not {_json_type(content)}",
+                      f"{p}.content")
+        msg = {"role": "system" if role == "developer" else role, "content": content}
+        rc = m.get("reasoning_content", None)
+        if isinstance(rc, str):
+            msg["reasoning_content"] = rc
+        out.append(msg)
+    return out
+
+
+def check_template_kwargs(body: dict) -> dict:
+    k = body.get("chat_template_kwargs", None)
+    if k is None:
+        return {}
+    if not isinstance(k, dict):
+        raise bad(f"'chat_template_kwargs' must be an object, not {_json_type(k)}", "chat_template_kwargs")
+    return k
+
+
+def check_prompt(body: dict, vocab_size: int) -> str | list[int]:
+    """The completions prompt: a string, a token id list, or a one-element list of either."""
+    p = body.get("prompt", None)
+    if p is None:
+        raise bad("'prompt' is required", "prompt")
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+        p = p[0]
+    if isinstance(p, str):
+        return p
+    if isinstance(p, list):
+        if not p:
+            raise bad("'prompt' must not be empty", "prompt")
+        for i, t in enumerate(p):
+            if isinstance(t, bool) or not isinstance(t, int):
+                if isinstance(t, str):
+                    raise bad("batched prompts (a list of several strings) are not supported; send one", "prompt")
+                raise bad(f"'prompt[{i}]' must be a token id (integer), not {_json_type(t)}", "prompt")
+            if not 0 <= t < vocab_size:
+                raise bad(f"'prompt[{i}]' = {t} is not a token id (vocabulary size {vocab_size})", "prompt")
+        return list(p)
+    raise bad(f"'prompt' must be a string or an array of token ids, not {_json_type(p)}", "prompt")
+
+
+def check_unsupported(body: dict, kind: str) -> None:
+    n = get_number(body, "n", 1, integer=True)
+    if n != 1:
+        raise bad(f"'n' must be 1 (only one choice per request is supported), got {n}", "n")
+    best_of = get_number(body, "best_of", 1, integer=True)
+    if best_of != 1:
+        raise bad(f"'best_of' must be 1, got {best_of}", "best_of")
+    if kind == "chat":
+        lp = body.get("logprobs", None)
+        if lp is not None and not isinstance(lp, bool):
+            raise bad(f"'logprobs' must be a boolean, not {_json_type(lp)}", "logprobs")
+        if lp:
+            raise bad("'logprobs' is not supported by this server", "logprobs", code="not_supported")
+    else:
+        lp = get_number(body, "logprobs", None, lo=0, integer=True)
+        if lp:
+            raise bad("'logprobs' is not supported by this server", "logprobs", code="not_supported")
+    tl = get_number(body, "top_logprobs", None, lo=0, hi=20, integer=True)
+    if tl:
+        raise bad("'top_logprobs' is not supported by this server", "top_logprobs", code="not_supported")
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = get_number(body, name, 0.0, lo=-2.0, hi=2.0)
+        if v != 0:
+            raise bad(f"'{name}' is not supported by this server (only 0)", name, code="not_supported")
+    rp = get_number(body, "repetition_penalty", 1.0, lo=0.0, lo_open=True)
+    if rp != 1.0:
+        raise bad("'repetition_penalty' is not supported by this server (only 1)", "repetition_penalty",
+                  code="not_supported")
+    if body.get("echo"):
+        raise bad("'echo' is not supported by this server", "echo", code="not_supported")
+    if body.get("tools"):
+        raise bad("'tools' is not supported by this server", "tools", code="not_supported")
+    rf = body.get("response_format", None)
+    if rf is not None and not (isinstance(rf, dict) and rf.get("type") == "text"):
+        raise bad("'response_format' other than {\"type\": \"text\"} is not supported", "response_format",
+                  code="not_supported")
+    if body.get("logit_bias"):
+        raise bad("'logit_bias' is not supported by this server", "logit_bias", code="not_supported")
+
+
+def check_stop(body: dict) -> list[str]:
+    s = body.get("stop", None)
+    if s is None:
+        return []
+    if isinstance(s, str):
+        s = [s]
+    if not isinstance(s, list):
+        raise bad(f"'stop' must be a string or an array of strings, not {_json_type(s)}", "stop")
+    if len(s) > MAX_STOPS:
+        raise bad(f"'stop' may hold at most {MAX_STOPS} strings, got {len(s)}", "stop")
+    out = []
+    for i, x in enumerate(s):
+        if not isinstance(x, str):
+            raise bad(f"'stop[{i}]' must be a string, not {_json_type(x)}", "stop")
+        if not x:
+            raise bad(f"'stop[{i}]' must not be empty", "stop")
+        if len(x) > MAX_STOP_LEN:
+            raise bad(f"'stop[{i}]' is longer than {MAX_STOP_LEN} characters", "stop")
+        out.append(x)
+    return out
+
+
+def derive_seed(prompt_ids: list[int]) -> int:
+    """The seed of a request without one: a hash of its prompt, so that a rerun repeats."""
+    h = hashlib.sha256(b"tensorfold-seed:" + ",".join(map(str, prompt_ids)).encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+def sampling_fields(body: dict, defaults: ServeDefaults) -> dict:
+    """temperature/top_p/top_k/min_p/seed/stop/stream/... validated (prompt-independent)."""
+    out = {
+        "temperature": float(get_number(body, "temperature", defaults.temperature, lo=0.0, hi=2.0)),
+        "top_p": float(get_number(body, "top_p", defaults.top_p, lo=0.0, hi=1.0, lo_open=True)),
+        "top_k": int(get_number(body, "top_k", defaults.top_k, lo=-1, integer=True)),
+        "min_p": float(get_number(body, "min_p", defaults.min_p, lo=0.0, hi=1.0)),
+        "seed": get_number(body, "seed", None, lo=-(1 << 63), hi=(1 << 64) - 1, integer=True),
+        "stop": check_stop(body),
+        "stream": get_bool(body, "stream", False),
+        "ignore_eos": get_bool(body, "ignore_eos", False),
+        "draft": get_bool(body, "draft", True),
+    }
+    if out["top_k"] == -1:
+        out["top_k"] = 0
+    so = body.get("stream_options", None)
+    include_usage = False
+    if so is not None:
+        if not isinstance(so, dict):
+            raise bad(f"'stream_options' must be an object, not {_json_type(so)}", "stream_options")
+        if not out["stream"]:
+            raise bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
+        include_usage = get_bool(so, "include_usage", False)
+    out["include_usage"] = include_usage
+    mt = get_number(body, "max_completion_tokens", None, lo=1, integer=True)
+    mt2 = get_number(body, "max_tokens", None, lo=1, integer=True)
+    if mt is None:
+        mt = mt2
+    if mt is not None and mt > 1 << 40:
+        raise bad(f"'max_tokens' is too large: {mt}", "max_tokens")
+    out["max_tokens"] = mt
+    return out
+
+
+def context_error(context: int, prompt_len: int, max_tokens: int, where: str) -> ApiError:
+    # vLLM's wording (anchors.md §4a), OpenAI's code.
+    return ApiError(
+        400,
+        f"This model's maximum context length is {context} tokens. However, you requested "
+        f"{prompt_len + max_tokens} tokens ({prompt_len} in the {where}, {max_tokens} in the completion). "
+        f"Please reduce the length of the {where} or completion.",
+        param="messages" if where == "messages" else "prompt", code="context_length_exceeded")
+
+
+def finish_request(kind: str, model: str, prompt_ids: list[int], f: dict, defaults: ServeDefaults,
+                   prompt_opens_think: bool = False) -> GenRequest:
+    """Combine the validated fields with the tokenized prompt; decides max_tokens and the context check."""
+    where = "messages" if kind == "chat" else "prompt"
+    p = len(prompt_ids)
+    if p == 0:
+        raise bad(f"the {where} tokenized to zero tokens", where)
+    mt = f["max_tokens"]
+    if mt is None:
+        mt = defaults.context - p
+        if defaults.max_tokens is not None:
+            mt = min(mt, defaults.max_tokens)
+        if mt < 1:
+            raise context_error(defaults.context, p, 1, where)
+    else:
+        if defaults.max_tokens is not None and mt > defaults.max_tokens:
+            raise bad(f"'max_tokens' = {mt} is over this server's limit of {defaults.max_tokens}", "max_tokens")
+        if p + mt > defaults.context:
+            raise context_error(defaults.context, p, mt, where)
+    seed = f["seed"]
+    seed_given = seed is not None
+    if seed is None:
+        seed = derive_seed(prompt_ids)
+    else:
+        seed = seed % (1 << 63)
+    rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+    return GenRequest(kind=kind, id=rid, created=int(time.time()), model=model, prompt_ids=list(prompt_ids),
+                      max_tokens=int(mt), temperature=f["temperature"], top_p=f["top_p"], top_k=f["top_k"],
+                      min_p=f["min_p"], seed=seed, seed_given=seed_given, stop=f["stop"], stream=f["stream"],
+                      include_usage=f["include_usage"], ignore_eos=f["ignore_eos"], draft=f["draft"],
+                      prompt_opens_think=prompt_opens_think)
+
+
+def make_sampling_params(req: GenRequest):
+    """A `tensorfold.sampling.SamplingParams` from a request, passing only the fields that class has."""
+    from tensorfold.sampling import SamplingParams
+
+    want = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
+            "seed": req.seed, "max_tokens": req.max_tokens, "ignore_eos": req.ignore_eos, "draft": req.draft,
+            "stop": tuple(req.stop)}
+    if dataclasses.is_dataclass(SamplingParams):
+        names = {f.name for f in dataclasses.fields(SamplingParams)}
+    else:
+        import inspect
+        names = set(inspect.signature(SamplingParams).parameters)
+    return SamplingParams(**{k: v for k, v in want.items() if k in names})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# text: incremental detokenization, stop strings, <think> split
+
+class TextStream:
+    """Token ids in, text deltas out; holds back a tail that decodes to an incomplete character."""
+
+    def __init__(self, decode, skip_ids=()):
+        self._decode = decode
+        self._skip = set(skip_ids)
+        self.ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def add(self, ids) -> str:
+        self.ids.extend(i for i in ids if i not in self._skip)
+        if len(self.ids) == self._read:
+            return ""
+        prefix_text = self._decode(self.ids[self._prefix:self._read])
+        new_text = self._decode(self.ids[self._prefix:])
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            delta = new_text[len(prefix_text):]
+            self._prefix = self._read
+            self._read = len(self.ids)
+            return delta
+        return ""
+
+    def flush(self) -> str:
+        if self._read == len(self.ids):
+            return ""
+        prefix_text = self._decode(self.ids[self._prefix:self._read])
+        new_text = self._decode(self.ids[self._prefix:])
+        self._prefix = self._read = len(self.ids)
+        return new_text[len(prefix_text):]
+
+
+class StopMatcher:
+    """Feeds text through, holding back any tail that could start a stop string; the match is not returned."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = list(stops)
+        self._hold = max((len(s) for s in self.stops), default=1) - 1
+        self._buf = ""
+        self.matched: str | None = None
+
+    def feed(self, text: str) -> str:
+        if self.matched is not None:
+            return ""
+        if not self.stops:
+            return text
+        self._buf += text
+        best = None
+        for s in self.stops:
+            i = self._buf.find(s)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        if best is not None:
+            self.matched = best[1]
+            out = self._buf[:best[0]]
+            self._buf = ""
+            return out
+        # keep only the longest tail that is a prefix of some stop string
+        keep = 0
+        for k in range(min(self._hold, len(self._buf)), 0, -1):
+            tail = self._buf[-k:]
+            if any(s.startswith(tail) for s in self.stops):
+                keep = k
+                break
+        out = self._buf[:len(self._buf) - keep]
+        self._buf = self._buf[len(self._buf) - keep:]
+        return out
+
+    def flush(self) -> str:
+        out, self._buf = self._buf, ""
+        return "" if self.matched is not None else out
+
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+class ReasoningSplitter:
+    """Splits a chat reply into (reasoning_content, content) at `<think>...</think>`, incrementally.
+
+    Starts inside the reasoning when the rendered prompt already opened `<think>`; otherwise the reply enters
+    it only when it begins with `<think>` itself. Text after `</think>` is content (leading newlines dropped).
+    """
+
+    def __init__(self, starts_in_reasoning: bool):
+        self.state = "reasoning" if starts_in_reasoning else "start"
+        self._buf = ""
+        self._strip_lead = starts_in_reasoning
+        self.saw_reasoning = starts_in_reasoning
+
+    def feed(self, text: str) -> tuple[str, str]:
+        self._buf += text
+        r = c = ""
+        while True:
+            if self.state == "start":
+                b = self._buf.lstrip()
+                if b.startswith(THINK_OPEN):
+                    self._buf = b[len(THINK_OPEN):]
+                    self.state = "reasoning"
+                    self._strip_lead = True
+                    self.saw_reasoning = True
+                    continue
+                if THINK_OPEN.startswith(b):
+                    return r, c           # could still become <think>
+                self.state = "content"
+                continue
+            if self.state == "reasoning":
+                if self._strip_lead:
+                    self._buf = self._buf.lstrip("\n")
+                    if not self._buf:
+                        return r, c
+                    self._strip_lead = False
+                i = self._buf.find(THINK_CLOSE)
+                if i >= 0:
+                    r += self._buf[:i]
+                    self._buf = self._buf[i + len(THINK_CLOSE):]
+                    self.state = "after"
+                    continue
+                keep = 0
+                for k in range(min(len(THINK_CLOSE) - 1, len(self._buf)), 0, -1):
+                    if THINK_CLOSE.startswith(self._buf[-k:]):
+                        keep = k
+                        break
+                r += self._buf[:len(self._buf) - keep]
+                self._buf = self._buf[len(self._buf) - keep:]
+                return r, c
+            if self.state == "after":
+                self._buf = self._buf.lstrip("\n")
+                if not self._buf:
+                    return r, c
+                self.state = "content"
+                continue
+            c += self._buf
+            self._buf = ""
+            return r, c
+
+    def flush(self) -> tuple[str, str]:
+        b, self._buf = self._buf, ""
+        if self.state == "reasoning":
+            return b, ""
+        if self.state == "after":
+            return "", b.lstrip("\n")
+        return "", b
+
+
+# ----------------------------------------------------------------------------------------------------------
+# response shapes
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def chat_response(req: GenRequest, content: str, reasoning: str | None, finish_reason: str, use: dict,
+                  engine_block: dict) -> dict:
+    msg = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        msg["reasoning_content"] = reasoning
+    return {"id": req.id, "object": "chat.completion", "created": req.created, "model": req.model,
+            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish_reason}],
+            "usage": use, "engine": engine_block}
+
+
+def completion_response(req: GenRequest, text: str, finish_reason: str, use: dict, engine_block: dict) -> dict:
+    return {"id": req.id, "object": "text_completion", "created": req.created, "model": req.model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+            "usage": use, "engine": engine_block}
+
+
+def chat_chunk(req: GenRequest, delta: dict, finish_reason: str | None = None) -> dict:
+    return {"id": req.id, "object": "chat.completion.chunk", "created": req.created, "model": req.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+
+
+def completion_chunk(req: GenRequest, text: str, finish_reason: str | None = None) -> dict:
+    return {"id": req.id, "object": "text_completion", "created": req.created, "model": req.model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
+
+
+def usage_chunk(req: GenRequest, use: dict, engine_block: dict | None = None) -> dict:
+    obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
+    out = {"id": req.id, "object": obj, "created": req.created, "model": req.model, "choices": [], "usage": use}
+    if engine_block is not None:
+        out["engine"] = engine_block
+    return out
+
+
+def sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
