@@ -102,6 +102,8 @@ class SamplingParams:
     stop_token_ids extra token ids that finish the request (always honoured, even with ignore_eos).
     stop           stop strings (finish_reason "stop"; the matched text is not returned).
     ignore_eos     do not stop at the model's end-of-sequence ids.
+    draft          allow speculative drafting (False: decode serially, the reference drafted output must equal);
+                   the output is the same either way, only the speed differs.
     """
 
     temperature: float = 1.0
@@ -113,6 +115,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default=())
     stop: tuple[str, ...] = field(default=())
     ignore_eos: bool = False
+    draft: bool = True
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -143,6 +146,8 @@ class SamplingParams:
         set_("stop", _str_tuple("stop", self.stop))
         if not isinstance(self.ignore_eos, bool):
             raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        if not isinstance(self.draft, bool):
+            raise TypeError(f"draft must be a bool, got {self.draft!r}")
 
     @property
     def greedy(self) -> bool:

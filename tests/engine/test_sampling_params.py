@@ -32,6 +32,7 @@ from tensorfold.sampling import SEED_MASK, SamplingParams, derive_seed
         ("stop", [""], ValueError),
         ("stop", [3], TypeError),
         ("ignore_eos", 1, TypeError),
+        ("draft", None, TypeError),
     ],
 )
 def test_bad_values_name_the_field(field, value, exc):
