@@ -20,7 +20,9 @@ So 0.0 (code ``-bias/scale = -q0``) is exactly representable and about half of t
 from __future__ import annotations
 
 import math
+from fnmatch import fnmatchcase
 
+import click
 import numpy as np
 
 from . import bf16
@@ -117,9 +119,10 @@ def quantize(w, bits=4, group_size=64, scale_dtype="bf16"):
     if scale_dtype not in _SCALE_DTYPES:
         raise ValueError(f"quantize: scale_dtype={scale_dtype!r} is not one of {sorted(_SCALE_DTYPES)}")
     cast = bf16.from_f32 if scale_dtype == "bf16" else (lambda a: a.astype(_SCALE_DTYPES[scale_dtype]))
-    w = _as_f32(w, "quantize")
+    w = np.asarray(w)
     if w.ndim != 2:
         raise ValueError(f"quantize: weight must be 2-D [out, in], got shape {w.shape}")
+    _as_f32(w[:0], "quantize")  # dtype check; rows are widened to float32 a block at a time below
     out_f, in_f = w.shape
     if in_f % group_size:
         raise ValueError(f"quantize: in_features={in_f} is not a multiple of group_size={group_size}")
@@ -131,7 +134,7 @@ def quantize(w, bits=4, group_size=64, scale_dtype="bf16"):
     biases = np.empty((out_f, ng), dtype=_SCALE_DTYPES[scale_dtype])
     with np.errstate(invalid="ignore", divide="ignore"):
         for r0 in range(0, out_f, _ROW_CHUNK):
-            g = w[r0:r0 + _ROW_CHUNK].reshape(-1, ng, group_size)
+            g = _as_f32(w[r0:r0 + _ROW_CHUNK], "quantize").reshape(-1, ng, group_size)
             w_max = g.max(axis=-1)
             w_min = g.min(axis=-1)
             use_min = np.abs(w_min) > np.abs(w_max)
@@ -170,3 +173,200 @@ def dequantize(packed, scales, biases, bits, group_size) -> np.ndarray:
         v += b[r0:r0 + _ROW_CHUNK, :, None]
         res[r0:r0 + _ROW_CHUNK] = v.reshape(-1, in_f)
     return res
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the `tensorfold quantize` command: an unquantized checkpoint -> an MLX affine checkpoint
+
+_COPY_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+               "generation_config.json", "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json")
+_MIXED_HELP = """Per-module widths: comma list of PATTERN=BITS[:GROUP] or PATTERN=bf16, matched with fnmatch against
+internal names (embed_tokens, lm_head, layers.N.mlp.down_proj, layers.N.self_attn.q_proj,
+layers.N.linear_attn.in_proj_qkv, ...). The first matching pattern wins; GROUP defaults to --group-size;
+bf16 keeps the module unquantized. Example: --mixed '*.down_proj=6,lm_head=8:64,embed_tokens=8:64'."""
+
+
+def parse_mixed(spec: str | None, default_group: int) -> list[tuple[str, tuple[int, int] | None]]:
+    """Parse a --mixed SPEC into [(pattern, (bits, group) | None)]; ValueError naming the bad entry."""
+    rules = []
+    for raw in (spec or "").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        pat, sep, val = item.partition("=")
+        pat, val = pat.strip(), val.strip()
+        if not sep or not pat or not val:
+            raise ValueError(f"--mixed entry {item!r}: expected PATTERN=BITS[:GROUP] or PATTERN=bf16")
+        if val.lower() in ("bf16", "none", "false"):
+            rules.append((pat, None))
+            continue
+        b, _, g = val.partition(":")
+        try:
+            bits = int(b)
+            group = int(g) if g else default_group
+        except ValueError:
+            raise ValueError(f"--mixed entry {item!r}: {val!r} is not BITS[:GROUP]") from None
+        check_bits_group(bits, group, what=f"--mixed entry {item!r}")
+        rules.append((pat, (bits, group)))
+    return rules
+
+
+def _mlx_name(internal: str) -> str:
+    return "language_model." + internal if internal.startswith("lm_head") else "language_model.model." + internal
+
+
+def _first_rule(name: str, rules):
+    """(matched, value) of the first --mixed rule whose pattern matches ``name``."""
+    for pat, val in rules or ():
+        if fnmatchcase(name, pat):
+            return True, val
+    return False, None
+
+
+def plan_quantization(ck, bits: int, group_size: int, mixed=None) -> dict[str, tuple[int, int] | None]:
+    """Internal module -> (bits, group) or None (kept unquantized) for every matrix of checkpoint ``ck``.
+
+    MLX's rule: a module is quantized unless its input width is not a multiple of the group size.
+    """
+    from .weights import DenseWeight
+    plan = {}
+    for name, w in ck.tensors.items():
+        if not isinstance(w, DenseWeight):
+            continue
+        matched, val = _first_rule(name, mixed)
+        choice = val if matched else (bits, group_size)
+        if choice is not None and w.shape[1] % choice[1]:
+            choice = None
+        plan[name] = choice
+    return plan
+
+
+def quantize_checkpoint(src, dst, bits=4, group_size=64, mixed: str | None = None, shard_bytes: int = 5 * 10**9,
+                        log=None) -> dict:
+    """Write an MLX affine checkpoint of the unquantized checkpoint ``src`` into the new directory ``dst``.
+
+    Returns the ``quantization`` block written to config.json. See ``quantize_cmd`` for the layout written.
+    """
+    import json
+    import shutil
+    from pathlib import Path
+
+    from .checkpoint import load_checkpoint
+    from .errors import CheckpointError
+    from .safetensors_io import save_file
+    from .weights import AffineWeight
+
+    log = log or (lambda msg: None)
+    check_bits_group(bits, group_size, what="quantize")
+    rules = parse_mixed(mixed, group_size)
+    src, dst = Path(src), Path(dst)
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise CheckpointError(f"{dst}: destination exists and is not an empty directory")
+    ck = load_checkpoint(src)
+    already = [n for n, w in ck.tensors.items() if isinstance(w, AffineWeight)]
+    if already:
+        raise CheckpointError(f"{src}: already quantized ({len(already)} modules, e.g. {already[0]!r}); "
+                              f"quantize needs a bf16/f16/f32 checkpoint")
+    plan = plan_quantization(ck, bits, group_size, rules)
+    sdt = "f16" if ck.dtype == "f16" else "bf16"
+    sbytes = 2
+
+    # output size per tensor, to cut shards before producing any data
+    sizes: dict[str, int] = {}
+    for name, w in ck.tensors.items():
+        if name in plan:
+            out_f, in_f = w.shape
+            bg = plan[name]
+            sizes[name] = w.data.nbytes if bg is None else out_f * in_f * bg[0] // 8 + 2 * out_f * (in_f // bg[1]) * sbytes
+        else:
+            sizes[name] = w.size * (4 if name.endswith("A_log") else 2)
+    order = list(ck.tensors)
+    shards: list[list[str]] = [[]]
+    acc = 0
+    for name in order:
+        if shards[-1] and acc + sizes[name] > shard_bytes:
+            shards.append([])
+            acc = 0
+        shards[-1].append(name)
+        acc += sizes[name]
+
+    def produce(name):
+        w = ck.tensors[name]
+        base = _mlx_name(name)
+        if name in plan:
+            bg = plan[name]
+            if bg is None:
+                return {base + ".weight": w.data}
+            p, s, b = quantize(w.data, bg[0], bg[1], scale_dtype=sdt)
+            return {base + ".weight": p, base + ".scales": s, base + ".biases": b}
+        if name.endswith("conv1d"):
+            return {base + ".weight": bf16.from_f32(w)[:, :, None]}  # MLX layout [C, K, 1]
+        if name.endswith("A_log"):
+            return {base: np.asarray(w, dtype=np.float32)}  # float32: lossless for F32 and BF16 sources
+        if name.endswith("dt_bias"):
+            return {base: bf16.from_f32(w)}
+        # norms: the loader returned multipliers (1+w for HF sources); MLX stores them baked, in bf16
+        return {base + ".weight": bf16.from_f32(w)}
+
+    dst.mkdir(parents=True, exist_ok=True)
+    n = len(shards)
+    weight_map, total = {}, 0
+    for k, names in enumerate(shards):
+        fname = "model.safetensors" if n == 1 else f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+        part = {}
+        for name in names:
+            part.update(produce(name))
+        save_file(dst / fname, part, metadata={"format": "mlx"})
+        total += sum(a.nbytes for a in part.values())
+        weight_map.update({t: fname for t in part})
+        log(f"wrote {fname} ({len(part)} tensors)")
+        del part
+    if n > 1:
+        (dst / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2))
+
+    qblock: dict = {"group_size": group_size, "bits": bits, "mode": "affine"}
+    for name, bg in plan.items():
+        if bg is not None and bg != (bits, group_size):
+            qblock[_mlx_name(name)] = {"group_size": bg[1], "bits": bg[0], "mode": "affine"}
+        elif bg is None and _first_rule(name, rules) == (True, None):
+            qblock[_mlx_name(name)] = False  # explicitly kept unquantized by --mixed
+    with open(src / "config.json", encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["quantization"] = qblock
+    cfg["quantization_config"] = json.loads(json.dumps(qblock))
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    for fn in _COPY_FILES:
+        if (src / fn).is_file():
+            shutil.copy2(src / fn, dst / fn)
+    return qblock
+
+
+@click.command("quantize", help=(
+    "Quantize the bf16 checkpoint SRC (local directory or Hub id) into an MLX affine checkpoint in DST.\n\n"
+    "DST gets MLX tensor names (language_model.model.*, language_model.lm_head), conv1d in MLX layout "
+    "[C, K, 1], zero-centred norms baked as bf16(1+w), every linear and the embedding / head quantized "
+    "(a module whose input width is not a multiple of the group stays bf16), conv, norms, A_log and dt_bias "
+    "kept; config.json gets the MLX `quantization` block and its `quantization_config` copy; tokenizer files, "
+    "chat template and generation_config.json are copied. Files over the shard size are split with an index."))
+@click.argument("src")
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option("--bits", type=click.Choice([str(b) for b in BITS]), default="4", show_default=True,
+              help="Default bits per weight.")
+@click.option("--group-size", type=click.Choice([str(g) for g in GROUP_SIZES]), default="64",
+              show_default=True, help="Default group size (weights sharing one scale and bias).")
+@click.option("--mixed", "mixed", default=None, metavar="SPEC", help=_MIXED_HELP)
+@click.option("--shard-gb", type=float, default=5.0, show_default=True, help="Largest weight file, in GB.")
+def quantize_cmd(src, dst, bits, group_size, mixed, shard_gb):
+    from .errors import CheckpointError, ConfigError
+    from .hub import resolve_model
+    try:
+        parse_mixed(mixed, int(group_size))
+        path = resolve_model(src)
+        q = quantize_checkpoint(path, dst, int(bits), int(group_size), mixed, int(shard_gb * 1e9),
+                                log=click.echo)
+    except (CheckpointError, ConfigError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    extra = len(q) - 3
+    click.echo(f"wrote {dst}: {bits}-bit g{group_size}" + (f", {extra} module overrides" if extra else ""))
+
