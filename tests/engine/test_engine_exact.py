@@ -94,9 +94,11 @@ def test_stream_identical_alone_and_beside_others(tiny_dir, valid_vocab):
         alone = alone_eng.generate(prompt, params)
         assert together[name] == alone, name
         assert len(alone) == params.max_tokens
-    # sampling is really on: a different seed changes the stream
-    p, params, _ = jobs["c"]
-    assert alone_eng.generate(p, params.with_(seed=99)) != together["c"]
+    # sampling is really on: other seeds change the streams (the tiny tied model likes to repeat a token, so
+    # ask several seeds on several prompts)
+    outs = {(name, tuple(alone_eng.generate(p, params.with_(seed=s)))) for name in ("a", "e", "c")
+            for p, params, _ in [jobs[name]] for s in range(3)}
+    assert len({o for o in outs}) > 3
 
 
 def test_chunked_prompt_matches_one_shot(ref, valid_vocab):
