@@ -1,0 +1,87 @@
+"""Depthwise causal conv + SiLU over rows that continue a stream's conv tail (issue 3, part B).
+
+Mirrors ``tensorfold.reference.ops.causal_conv`` / ``causal_conv_step`` / ``causal_conv_tree``
+(qwen35.md §3.4 step 2, §6.11): ``y[r, c] = silu(Σ_j w[c, j] · window_r[j, c])`` where window_r is the K raw
+(pre-conv) inputs ending at row r: row r itself, then its parent, the parent's parent, ... and, when the chain
+reaches ``parent = -1``, the stream's committed tail (newest last). A window is the chain parent[r] = r-1.
+The sum runs oldest tap first (j = 0 .. K-1), one fma per tap, then SiLU in fp32.
+
+Layouts
+-------
+- ``x``     f32 [R, C] raw qkv (in_proj_qkv output) of R rows, ``w`` f32 [C, K] (w[:, K-1] = current token).
+- ``tail``  f32 [slots, K-1, C] per layer, oldest first (allocate [layers_lin, slots, K-1, C]); **f32** so that
+  a continued stream sees exactly the inputs a window would (27B: 48*3*10240*4 B = 5.6 MiB per stream).
+- ``row_slot`` int32 [R] (< 0: padding row, nothing written), ``parent`` int32 [R] (absolute row, -1 = tail).
+- ``y``     f32 [R, C] conv'd + SiLU'd; ``xlog`` f32 [R, C] (or zero rows): a copy of the raw row for
+  ``compact.conv_commit`` (the input buffer is reused by the next layer). The committed tail is never written here.
+
+Launch geometry: ``conv_rows`` grid-stride over R*C elements (channel fastest, coalesced); any 1-D grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+MAXK = 8
+
+
+@cuda.jit(device=True)
+def silu32(x):
+    x = float32(x)
+    if x >= float32(0.0):
+        return x / (float32(1.0) + float32(math.exp(-x)))
+    e = float32(math.exp(x))
+    return x * e / (float32(1.0) + e)
+
+
+def conv_rows(x, w, tail, row_slot, parent, y, xlog):
+    R = x.shape[0]
+    Cc = x.shape[1]
+    K = w.shape[1]
+    logging = xlog.shape[0] > 0
+    taps = cuda.local.array(MAXK, float32)
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < R * Cc:
+        r = i // Cc
+        c = i - r * Cc
+        slot = row_slot[r]
+        if slot >= 0:
+            node = r
+            t = 0  # tail entries consumed
+            for j in range(K - 1, -1, -1):  # j = tap index, K-1 = current row
+                if node >= 0:
+                    taps[j] = x[node, c]
+                    node = parent[node]
+                else:
+                    taps[j] = tail[slot, K - 2 - t, c]
+                    t += 1
+            acc = float32(0.0)
+            for j in range(K):
+                acc = cuda.fma(w[c, j], taps[j], acc)
+            y[r, c] = silu32(acc)
+            if logging:
+                xlog[r, c] = x[r, c]
+        i += stride
+
+
+_SIG = ("void(float32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32[::1], int32[::1], float32[:, ::1], "
+        "float32[:, ::1])")
+COMPILE_SPECS = [(conv_rows, _SIG)]
+HOT = {"conv_rows"}
+
+k_conv_rows = cuda.jit(conv_rows)
+
+
+def launch_conv(x, w, tail, row_slot, parent, y, xlog, *, stream=0, blocks=None, threads=256):
+    n = x.shape[0] * x.shape[1]
+    nb = blocks or max(1, min(4096, (n + threads - 1) // threads))
+    k_conv_rows[nb, threads, stream](x, w, tail, row_slot, parent, y, xlog)
+
+
+def empty_log(C):
+    """A zero-row log array (conv without logging)."""
+    return cuda.device_array((0, C), np.float32)

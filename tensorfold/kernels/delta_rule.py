@@ -1,0 +1,518 @@
+"""Gated delta rule kernels (issue 3, part B): gates, recurrence over a step / window / tree with a commit log,
+and the chunked (WY) form for prompts.
+
+Mirrors ``tensorfold.reference.ops`` (``gdn_gates``, ``gdn_prepare_qk``, ``delta_rule_step``,
+``delta_rule_recurrent``, ``delta_rule_tree``, ``delta_rule_chunked``; qwen35.md §3.4-3.5). fp32 throughout.
+
+Layouts (C-contiguous; per layer = one leading index of an all-layers array)
+---------------------------------------------------------------------------
+- ``qkv``   f32 [R, conv_dim]: the conv'd, SiLU'd channels (q [Hk*Dk] | k [Hk*Dk] | v [Hv*Dv]) of R rows.
+- ``a, b``  f32 [R, Hv]: in_proj_a / in_proj_b outputs. ``A_log, dt_bias`` f32 [Hv].
+- ``state`` f32 [slots, Hv, Dk, Dv] per layer (HF/FLA layout); allocate [layers_lin, slots, Hv, Dk, Dv].
+- ``o``     f32 [R, Hv, Dv] (before the gated RMSNorm).
+- Rows are grouped in *segments* (one stream's rows, consecutive): ``seg_row0[s]``, ``seg_len[s]``,
+  ``seg_slot[s]`` (stream slot, < 0 = padding: the block does nothing), ``seg_commit[s]`` (1: write the state
+  after the segment's last row back in place -- plain decode steps and always-committed windows).
+  ``parent[r]`` int32, absolute row index of the row whose state row r continues, -1 = the committed state.
+  A window is the chain parent[r] = r-1 (first row -1). Trees: parent[r] < r, within the segment, <= 16 rows.
+- Commit log (what ``compact.gdn_commit`` replays onto the state for the kept path): ``log_k`` f32 [R, Hk, Dk]
+  (k̂ of the row), ``log_d`` f32 [R, Hv, Dv] (δ = β(v − Sᵀk̂·α)), ``log_a`` f32 [R, Hv] (α = exp(g)). Pass arrays
+  with zero rows to skip logging.
+
+Why a log and not per-row state copies: a row's state is Hv*Dk*Dv*4 bytes (27B: 3 MiB per layer), its log entry
+is Hk*Dk*4 + Hv*Dv*4 + Hv*4 bytes (27B: 32 KiB per layer, ~100x smaller). A tree row whose parent is not the
+previous row rebuilds its parent's state in shared memory from the committed state (re-read from L2) by
+replaying its ancestors' logged (α, k̂, δ) -- compute, not DRAM traffic. The replay applies exactly the same
+float operations as the forward (``t = α·S; S = fma(k̂, δ, t)``), so a tree row is bit-identical to the same
+row computed in a window along its branch, and ``compact.gdn_commit`` reproduces the stepped state bit for bit.
+
+Launch geometry
+---------------
+- ``gdn_recurrent``: grid (nseg, Hv, ceil(Dv/32)), block (32, 4). A block owns a Dk x 32 column slice of one
+  head's state in shared memory (16 KiB): lane = value column, warp = rows k ≡ warp (mod 4). The state slice is
+  read once and (commit) written once; q/k l2norm and the gates are computed in the block.
+- ``gdn_gates_kernel``: grid-stride over R*Hv, any 1-D geometry.
+- ``gdn_prep``: grid (R, Hk) grid-stride, block 128: q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k), and g, β.
+- ``gdn_chunk_intra``: grid (max_chunks, Hv, nseg), block 128: per (chunk, head) the WY factors
+  U = T(β⊙V), W = T(β⊙e^c⊙K̂) and P = (Q̂K̂ᵀ)⊙Γ, plus c (cumulative log-decay).
+- ``gdn_chunk_inter``: grid (nseg, Hv, ceil(Dv/32)), block (32, 4): sequential over the chunks of a segment,
+  S slice in shared memory; V' = U − W S, O = (e^c⊙Q̂) S + P V', S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'. Writes
+  the final state in place (prompts are committed).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32
+
+VS = 32  # value columns per block (one warp's lanes)
+NW = 4  # warps per block (rows of the state split across them)
+NT = VS * NW
+MAXDK = 128
+MAXR = 16  # tree rows per segment (history kept in shared memory)
+CH = 64  # chunk length of the chunked form
+
+_EPS = 1e-6
+
+
+@cuda.jit(device=True)
+def gdn_gate(a, b, alog, dtb):
+    """(g, beta) in fp32: g = -exp(A_log)·softplus(a + dt_bias) (threshold 20), beta = sigmoid(b)."""
+    x = float32(a) + float32(dtb)
+    if x > float32(20.0):
+        sp = x
+    else:
+        sp = float32(math.log1p(math.exp(x)))
+    g = -float32(math.exp(float32(alog))) * sp
+    bb = float32(b)
+    if bb >= float32(0.0):
+        beta = float32(1.0) / (float32(1.0) + float32(math.exp(-bb)))
+    else:
+        e = float32(math.exp(bb))
+        beta = e / (float32(1.0) + e)
+    return float32(g), float32(beta)
+
+
+def gdn_gates_kernel(a, b, A_log, dt_bias, g_out, beta_out):
+    """g_out, beta_out [R, Hv] from a, b [R, Hv]."""
+    R = a.shape[0]
+    Hv = a.shape[1]
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < R * Hv:
+        r = i // Hv
+        h = i - r * Hv
+        g, be = gdn_gate(a[r, h], b[r, h], A_log[h], dt_bias[h])
+        g_out[r, h] = g
+        beta_out[r, h] = be
+        i += stride
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# recurrence: step / window / tree
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def gdn_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent,
+                  o, log_k, log_d, log_a):
+    seg = cuda.blockIdx.x
+    hv = cuda.blockIdx.y
+    sl = cuda.blockIdx.z
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    tid = ty * VS + tx
+
+    W = cuda.shared.array((MAXDK, VS), float32)
+    qs = cuda.shared.array(MAXDK, float32)
+    ks = cuda.shared.array(MAXDK, float32)
+    red = cuda.shared.array((NW, VS), float32)
+    rq = cuda.shared.array(NT, float32)
+    rk = cuda.shared.array(NT, float32)
+    khist = cuda.shared.array((MAXR, MAXDK), float32)
+    dhist = cuda.shared.array((MAXR, VS), float32)
+    ahist = cuda.shared.array(MAXR, float32)
+    chain = cuda.shared.array(MAXR + 1, int32)
+    dsh = cuda.shared.array(VS, float32)
+    gsh = cuda.shared.array(4, float32)
+
+    n = seg_len[seg]
+    slot = seg_slot[seg]
+    if n <= 0 or slot < 0:
+        return
+    row0 = seg_row0[seg]
+    Hv = state.shape[1]
+    Dk = state.shape[2]
+    Dv = state.shape[3]
+    Hk = (qkv.shape[1] - Hv * Dv) // (2 * Dk)
+    rep = Hv // Hk
+    kh = hv // rep
+    key_dim = Hk * Dk
+    col = sl * VS + tx
+    colok = col < Dv
+    logging = log_d.shape[0] > 0
+    write_k = logging and sl == 0 and (hv - kh * rep) == 0
+
+    # committed state slice -> shared
+    if colok:
+        for i in range(ty, Dk, NW):
+            W[i, tx] = state[slot, hv, i, col]
+    cur = int32(-1)
+    for r in range(row0, row0 + n):
+        li = r - row0
+        p = parent[r]
+        if p != cur:
+            # rebuild the parent's state: committed slice, then the ancestors' logged updates, root first
+            cuda.syncthreads()
+            if tid == 0:
+                cnt = 0
+                x = p
+                while x >= 0 and cnt < MAXR:
+                    chain[cnt] = x - row0
+                    cnt += 1
+                    x = parent[x]
+                chain[MAXR] = cnt
+            cuda.syncthreads()
+            cnt = chain[MAXR]
+            if colok:
+                for i in range(ty, Dk, NW):
+                    W[i, tx] = state[slot, hv, i, col]
+                for t in range(cnt - 1, -1, -1):
+                    j = chain[t]
+                    al = ahist[j]
+                    dj = dhist[j, tx]
+                    for i in range(ty, Dk, NW):
+                        tt = al * W[i, tx]
+                        W[i, tx] = cuda.fma(khist[j, i], dj, tt)
+            cur = p
+        # q, k of the row's key head -> shared, squared norms
+        sq = float32(0.0)
+        sk = float32(0.0)
+        for d in range(tid, Dk, NT):
+            qv = qkv[r, kh * Dk + d]
+            kv = qkv[r, key_dim + kh * Dk + d]
+            qs[d] = qv
+            ks[d] = kv
+            sq += qv * qv
+            sk += kv * kv
+        rq[tid] = sq
+        rk[tid] = sk
+        cuda.syncthreads()
+        s = NT // 2
+        while s > 0:
+            if tid < s:
+                rq[tid] += rq[tid + s]
+                rk[tid] += rk[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        if tid == 0:
+            g, be = gdn_gate(a[r, hv], b[r, hv], A_log[hv], dt_bias[hv])
+            gsh[0] = float32(math.exp(g))
+            gsh[1] = be
+            gsh[2] = (float32(1.0) / float32(math.sqrt(rq[0] + float32(_EPS)))) * float32(1.0 / math.sqrt(Dk))
+            gsh[3] = float32(1.0) / float32(math.sqrt(rk[0] + float32(_EPS)))
+        cuda.syncthreads()
+        alpha = gsh[0]
+        beta = gsh[1]
+        fq = gsh[2]
+        fk = gsh[3]
+        for d in range(tid, Dk, NT):
+            qs[d] = qs[d] * fq
+            ks[d] = ks[d] * fk
+        cuda.syncthreads()
+        # phase 1: S <- alpha S, u = S^T k
+        u = float32(0.0)
+        if colok:
+            for i in range(ty, Dk, NW):
+                tt = alpha * W[i, tx]
+                W[i, tx] = tt
+                u = cuda.fma(tt, ks[i], u)
+        red[ty, tx] = u
+        cuda.syncthreads()
+        if ty == 0:
+            uu = red[0, tx]
+            for w in range(1, NW):
+                uu += red[w, tx]
+            vv = float32(0.0)
+            if colok:
+                vv = qkv[r, 2 * key_dim + hv * Dv + col]
+            dsh[tx] = beta * (vv - uu)
+        cuda.syncthreads()
+        dl = dsh[tx]
+        # phase 2: S <- S + k delta^T, o = S^T q
+        acc = float32(0.0)
+        if colok:
+            for i in range(ty, Dk, NW):
+                wv = cuda.fma(ks[i], dl, W[i, tx])
+                W[i, tx] = wv
+                acc = cuda.fma(wv, qs[i], acc)
+        red[ty, tx] = acc
+        cuda.syncthreads()
+        if ty == 0:
+            oo = red[0, tx]
+            for w in range(1, NW):
+                oo += red[w, tx]
+            if colok:
+                o[r, hv, col] = oo
+                if logging:
+                    log_d[r, hv, col] = dl
+            if li < MAXR:
+                dhist[li, tx] = dl
+        if li < MAXR:
+            for d in range(tid, Dk, NT):
+                khist[li, d] = ks[d]
+            if tid == 0:
+                ahist[li] = alpha
+        if write_k:
+            for d in range(tid, Dk, NT):
+                log_k[r, kh, d] = ks[d]
+        if logging and sl == 0 and tid == 0:
+            log_a[r, hv] = alpha
+        cuda.syncthreads()
+        cur = r
+    if seg_commit[seg] != 0 and colok:
+        for i in range(ty, Dk, NW):
+            state[slot, hv, i, col] = W[i, tx]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# chunked form for prompts
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def gdn_prep(qkv, a, b, A_log, dt_bias, qn, kn, g_out, beta_out):
+    """qn, kn [R, Hk, Dk] = prepared q̂, k̂; g_out, beta_out [R, Hv]. grid (R', Hk), block NT (grid-stride rows)."""
+    R = qkv.shape[0]
+    Hk = qn.shape[1]
+    Dk = qn.shape[2]
+    Hv = a.shape[1]
+    key_dim = Hk * Dk
+    h = cuda.blockIdx.y
+    tid = cuda.threadIdx.x
+    rq = cuda.shared.array(NT, float32)
+    rk = cuda.shared.array(NT, float32)
+    r = cuda.blockIdx.x
+    while r < R:
+        sq = float32(0.0)
+        sk = float32(0.0)
+        for d in range(tid, Dk, NT):
+            qv = qkv[r, h * Dk + d]
+            kv = qkv[r, key_dim + h * Dk + d]
+            sq += qv * qv
+            sk += kv * kv
+        rq[tid] = sq
+        rk[tid] = sk
+        cuda.syncthreads()
+        s = NT // 2
+        while s > 0:
+            if tid < s:
+                rq[tid] += rq[tid + s]
+                rk[tid] += rk[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        fq = (float32(1.0) / float32(math.sqrt(rq[0] + float32(_EPS)))) * float32(1.0 / math.sqrt(Dk))
+        fk = float32(1.0) / float32(math.sqrt(rk[0] + float32(_EPS)))
+        for d in range(tid, Dk, NT):
+            qn[r, h, d] = qkv[r, h * Dk + d] * fq
+            kn[r, h, d] = qkv[r, key_dim + h * Dk + d] * fk
+        rep = Hv // Hk
+        for j in range(tid, rep, NT):
+            hv = h * rep + j
+            g, be = gdn_gate(a[r, hv], b[r, hv], A_log[hv], dt_bias[hv])
+            g_out[r, hv] = g
+            beta_out[r, hv] = be
+        cuda.syncthreads()
+        r += cuda.gridDim.x
+
+
+def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
+    """Per (chunk, value head, segment): cum [R, Hv] (inclusive cumsum of g in the chunk), P [R, Hv, CH]
+    ((Q̂K̂ᵀ)⊙Γ, row i's entries j <= i), U [R, Hv, Dv], Wm [R, Hv, Dk]."""
+    c = cuda.blockIdx.x
+    hv = cuda.blockIdx.y
+    seg = cuda.blockIdx.z
+    tid = cuda.threadIdx.x
+    A = cuda.shared.array((CH, CH + 1), float32)
+    cs = cuda.shared.array(CH, float32)
+    bs = cuda.shared.array(CH, float32)
+    n_all = seg_len[seg]
+    r0 = seg_row0[seg] + c * CH
+    n = min(CH, n_all - c * CH)
+    if n <= 0:
+        return
+    Hv = g.shape[1]
+    Hk = qn.shape[1]
+    Dk = qn.shape[2]
+    Dv = U.shape[2]
+    kh = hv // (Hv // Hk)
+    voff = 2 * Hk * Dk + hv * Dv
+    if tid == 0:
+        acc = float32(0.0)
+        for i in range(n):
+            acc += g[r0 + i, hv]
+            cs[i] = acc
+            cum[r0 + i, hv] = acc
+    for i in range(tid, n, NT):
+        bs[i] = beta[r0 + i, hv]
+    cuda.syncthreads()
+    # A (strictly lower, β_i k̂_i·k̂_j Γ_ij) and P (Q̂K̂ᵀ ⊙ Γ, j <= i)
+    for e in range(tid, n * n, NT):
+        i = e // n
+        j = e - i * n
+        if j <= i:
+            dkk = float32(0.0)
+            dqk = float32(0.0)
+            for d in range(Dk):
+                kj = kn[r0 + j, kh, d]
+                dkk = cuda.fma(kn[r0 + i, kh, d], kj, dkk)
+                dqk = cuda.fma(qn[r0 + i, kh, d], kj, dqk)
+            gam = float32(math.exp(cs[i] - cs[j]))
+            P[r0 + i, hv, j] = dqk * gam
+            if j < i:
+                A[i, j] = bs[i] * dkk * gam
+    cuda.syncthreads()
+    # forward substitution, one column per thread: X_i = rhs_i - sum_{j<i} A_ij X_j
+    for col in range(tid, Dv + Dk, NT):
+        if col < Dv:
+            for i in range(n):
+                x = bs[i] * qkv[r0 + i, voff + col]
+                for j in range(i):
+                    x -= A[i, j] * U[r0 + j, hv, col]
+                U[r0 + i, hv, col] = x
+        else:
+            cc = col - Dv
+            for i in range(n):
+                x = bs[i] * float32(math.exp(cs[i])) * kn[r0 + i, kh, cc]
+                for j in range(i):
+                    x -= A[i, j] * Wm[r0 + j, hv, cc]
+                Wm[r0 + i, hv, cc] = x
+
+
+def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
+    """Sequential pass over a segment's chunks per (segment, value head, 32-column slice); state updated in place."""
+    seg = cuda.blockIdx.x
+    hv = cuda.blockIdx.y
+    sl = cuda.blockIdx.z
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    S = cuda.shared.array((MAXDK, VS), float32)
+    Vp = cuda.shared.array((CH, VS), float32)
+    ec = cuda.shared.array(CH, float32)
+    n_all = seg_len[seg]
+    slot = seg_slot[seg]
+    if n_all <= 0 or slot < 0:
+        return
+    row00 = seg_row0[seg]
+    Hv = state.shape[1]
+    Dk = state.shape[2]
+    Dv = state.shape[3]
+    Hk = qn.shape[1]
+    kh = hv // (Hv // Hk)
+    col = sl * VS + tx
+    colok = col < Dv
+    if colok:
+        for i in range(ty, Dk, NW):
+            S[i, tx] = state[slot, hv, i, col]
+    nch = (n_all + CH - 1) // CH
+    for c in range(nch):
+        r0 = row00 + c * CH
+        n = min(CH, n_all - c * CH)
+        cuda.syncthreads()
+        for i in range(ty * VS + tx, n, NT):
+            ec[i] = float32(math.exp(cum[r0 + i, hv]))
+        # V' = U - W S  (rows i ≡ ty mod NW)
+        if colok:
+            for i in range(ty, n, NW):
+                x = U[r0 + i, hv, col]
+                for k in range(Dk):
+                    x -= Wm[r0 + i, hv, k] * S[k, tx]
+                Vp[i, tx] = x
+        cuda.syncthreads()
+        # O = (e^c q) S + P V'
+        if colok:
+            for i in range(ty, n, NW):
+                x = float32(0.0)
+                for k in range(Dk):
+                    x = cuda.fma(qn[r0 + i, kh, k], S[k, tx], x)
+                x *= ec[i]
+                for j in range(i + 1):
+                    x = cuda.fma(P[r0 + i, hv, j], Vp[j, tx], x)
+                o[r0 + i, hv, col] = x
+        cuda.syncthreads()
+        # S <- e^{c_n} S + (e^{c_n - c} K)^T V'
+        cn = cum[r0 + n - 1, hv]
+        ecn = float32(math.exp(cn))
+        if colok:
+            for k in range(ty, Dk, NW):
+                x = float32(0.0)
+                for j in range(n):
+                    x = cuda.fma(float32(math.exp(cn - cum[r0 + j, hv])) * kn[r0 + j, kh, k], Vp[j, tx], x)
+                S[k, tx] = ecn * S[k, tx] + x
+    cuda.syncthreads()
+    if colok:
+        for i in range(ty, Dk, NW):
+            state[slot, hv, i, col] = S[i, tx]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# jit + host launchers
+# ----------------------------------------------------------------------------------------------------------------
+
+_F1 = "float32[::1]"
+_F2 = "float32[:, ::1]"
+_F3 = "float32[:, :, ::1]"
+_F4 = "float32[:, :, :, ::1]"
+_I1 = "int32[::1]"
+
+SIG_GATES = f"void({_F2}, {_F2}, {_F1}, {_F1}, {_F2}, {_F2})"
+SIG_RECURRENT = (f"void({_F2}, {_F2}, {_F2}, {_F1}, {_F1}, {_F4}, {_I1}, {_I1}, {_I1}, {_I1}, {_I1}, "
+                 f"{_F3}, {_F3}, {_F3}, {_F2})")
+SIG_PREP = f"void({_F2}, {_F2}, {_F2}, {_F1}, {_F1}, {_F3}, {_F3}, {_F2}, {_F2})"
+SIG_INTRA = f"void({_F3}, {_F3}, {_F2}, {_F2}, {_F2}, {_I1}, {_I1}, {_F2}, {_F3}, {_F3}, {_F3})"
+SIG_INTER = f"void({_F3}, {_F3}, {_F2}, {_F3}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}, {_I1}, {_F3})"
+
+COMPILE_SPECS = [
+    (gdn_gates_kernel, SIG_GATES),
+    (gdn_recurrent, SIG_RECURRENT),
+    (gdn_prep, SIG_PREP),
+    (gdn_chunk_intra, SIG_INTRA),
+    (gdn_chunk_inter, SIG_INTER),
+]
+HOT = {"gdn_recurrent"}
+
+k_gates = cuda.jit(gdn_gates_kernel)
+k_recurrent = cuda.jit(gdn_recurrent)
+k_prep = cuda.jit(gdn_prep)
+k_chunk_intra = cuda.jit(gdn_chunk_intra)
+k_chunk_inter = cuda.jit(gdn_chunk_inter)
+
+
+def launch_gates(a, b, A_log, dt_bias, g_out, beta_out, *, stream=0, blocks=None):
+    n = a.shape[0] * a.shape[1]
+    nb = blocks or max(1, min(1024, (n + 127) // 128))
+    k_gates[nb, 128, stream](a, b, A_log, dt_bias, g_out, beta_out)
+
+
+def launch_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent,
+                     o, log_k, log_d, log_a, *, nseg=None, stream=0):
+    """One launch over ``nseg`` segments (default: seg_len.shape[0]). See the module docstring for the layouts."""
+    Hv, Dv = state.shape[1], state.shape[3]
+    ns = seg_len.shape[0] if nseg is None else nseg
+    k_recurrent[(ns, Hv, (Dv + VS - 1) // VS), (VS, NW), stream](
+        qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a)
+
+
+def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,
+                   stream=0, prep_blocks=None):
+    """Prompt path: prep (l2norm + gates) -> intra-chunk WY factors -> sequential inter-chunk pass.
+
+    ``work`` = dict of scratch device arrays from :func:`chunk_workspace` (sized for R rows). The final state
+    of each segment is written to ``state[slot]`` (its initial value is the starting state).
+    """
+    R = qkv.shape[0]
+    Hv, Dv = state.shape[1], state.shape[3]
+    Hk = work["qn"].shape[1]
+    nseg = seg_len.shape[0]
+    pb = prep_blocks or max(1, min(R, 4096))
+    k_prep[(pb, Hk), NT, stream](qkv, a, b, A_log, dt_bias, work["qn"], work["kn"], work["g"], work["beta"])
+    nch = (max_rows_per_seg + CH - 1) // CH
+    k_chunk_intra[(nch, Hv, nseg), NT, stream](work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0,
+                                               seg_len, work["cum"], work["P"], work["U"], work["W"])
+    k_chunk_inter[(nseg, Hv, (Dv + VS - 1) // VS), (VS, NW), stream](
+        work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0, seg_len, seg_slot, o)
+
+
+def chunk_workspace(R, Hk, Hv, Dk, Dv):
+    """Device scratch for :func:`launch_chunked` with R rows (bytes: R*(2*Hk*Dk + Hv*(4 + CH + Dv + Dk))*4)."""
+    f = np.float32
+    return {
+        "qn": cuda.device_array((R, Hk, Dk), f),
+        "kn": cuda.device_array((R, Hk, Dk), f),
+        "g": cuda.device_array((R, Hv), f),
+        "beta": cuda.device_array((R, Hv), f),
+        "cum": cuda.device_array((R, Hv), f),
+        "P": cuda.device_array((R, Hv, CH), f),
+        "U": cuda.device_array((R, Hv, Dv), f),
+        "W": cuda.device_array((R, Hv, Dk), f),
+    }

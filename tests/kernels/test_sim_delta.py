@@ -1,0 +1,173 @@
+"""Simulator tier for the delta-rule and conv kernels (issue 3, part B) against ``tensorfold.reference.ops``.
+
+Tiny shapes (Hk 1, Hv 2, Dk 16, Dv 40 -> a full and a partial 32-column slice), fresh random inputs per test.
+Tolerances: fp32 kernels vs the fp32 reference, 2e-5 absolute+relative on O(1) values (different summation
+orders). Exactness properties (window == one-row launches, tree == branch, commit == stepping) are bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from tensorfold.kernels import compact, conv, delta_rule as dr
+from tensorfold.reference import ops
+
+Hk, Hv, Dk, Dv, K = 1, 2, 16, 40, 4
+KD = Hk * Dk
+C = 2 * KD + Hv * Dv
+TOL = dict(rtol=2e-5, atol=2e-5)
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def _inputs(rng, R):
+    qkv = rng.standard_normal((R, C)).astype(np.float32)
+    a = rng.standard_normal((R, Hv)).astype(np.float32)
+    b = rng.standard_normal((R, Hv)).astype(np.float32)
+    A_log = (rng.standard_normal(Hv) * 0.5).astype(np.float32)
+    dt_bias = rng.standard_normal(Hv).astype(np.float32)
+    return qkv, a, b, A_log, dt_bias
+
+
+def _prep_ref(qkv, a, b, A_log, dt_bias):
+    R = qkv.shape[0]
+    q = qkv[:, :KD].reshape(R, Hk, Dk)
+    k = qkv[:, KD:2 * KD].reshape(R, Hk, Dk)
+    v = qkv[:, 2 * KD:].reshape(R, Hv, Dv)
+    qn, kn = ops.gdn_prepare_qk(q, k)
+    g, beta = ops.gdn_gates(a, b, A_log, dt_bias)
+    return qn, kn, v, g, beta
+
+
+def _i32(x):
+    return cuda.to_device(np.ascontiguousarray(x, np.int32))
+
+
+def _run_rec(qkv, a, b, A_log, dt_bias, state, segs, parent, log=True):
+    """segs: list of (row0, len, slot, commit). Returns (o, state_after, log_k, log_d, log_a)."""
+    R = qkv.shape[0]
+    st = cuda.to_device(state.copy())
+    o = cuda.to_device(np.full((R, Hv, Dv), np.nan, np.float32))
+    nl = R if log else 0
+    lk = cuda.to_device(np.zeros((nl, Hk, Dk), np.float32))
+    ld = cuda.to_device(np.zeros((nl, Hv, Dv), np.float32))
+    la = cuda.to_device(np.zeros((nl, Hv), np.float32))
+    s = np.asarray(segs, np.int32).reshape(-1, 4)
+    dr.launch_recurrent(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
+                        cuda.to_device(dt_bias), st, _i32(s[:, 0]), _i32(s[:, 1]), _i32(s[:, 2]), _i32(s[:, 3]),
+                        _i32(parent), o, lk, ld, la)
+    return o.copy_to_host(), st.copy_to_host(), lk.copy_to_host(), ld.copy_to_host(), la.copy_to_host()
+
+
+def test_gates():
+    rng = _rng(1)
+    R = 7
+    a = (rng.standard_normal((R, Hv)) * 10).astype(np.float32)  # crosses the softplus threshold
+    b = (rng.standard_normal((R, Hv)) * 10).astype(np.float32)
+    A_log = rng.standard_normal(Hv).astype(np.float32)
+    dt_bias = rng.standard_normal(Hv).astype(np.float32)
+    g = cuda.device_array((R, Hv), np.float32)
+    be = cuda.device_array((R, Hv), np.float32)
+    dr.launch_gates(cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log), cuda.to_device(dt_bias), g, be,
+                    blocks=1)
+    g_ref, b_ref = ops.gdn_gates(a, b, A_log, dt_bias)
+    np.testing.assert_allclose(g.copy_to_host(), g_ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(be.copy_to_host(), b_ref, rtol=1e-6, atol=1e-7)
+
+
+def test_step_and_window_vs_reference_and_bitwise():
+    rng = _rng(2)
+    R = 4
+    qkv, a, b, A_log, dt_bias = _inputs(rng, R)
+    slots = 3
+    state = rng.standard_normal((slots, Hv, Dk, Dv)).astype(np.float32) * 0.3
+    slot = 1
+    # window of 4 rows in one launch, committed
+    o_w, st_w, *_ = _run_rec(qkv, a, b, A_log, dt_bias, state, [(0, R, slot, 1)], [-1, 0, 1, 2])
+    qn, kn, v, g, beta = _prep_ref(qkv, a, b, A_log, dt_bias)
+    O_ref, S_ref = ops.delta_rule_recurrent(state[slot], qn, kn, v, g, beta)
+    assert not np.isnan(o_w).any()
+    np.testing.assert_allclose(o_w, O_ref, **TOL)
+    np.testing.assert_allclose(st_w[slot], S_ref, **TOL)
+    np.testing.assert_array_equal(st_w[0], state[0])  # other slots untouched
+    # one-row launches, in place: bit-identical
+    st = state.copy()
+    outs = []
+    for r in range(R):
+        o1, st, *_ = _run_rec(qkv[r:r + 1], a[r:r + 1], b[r:r + 1], A_log, dt_bias, st, [(0, 1, slot, 1)], [-1],
+                              log=False)
+        outs.append(o1[0])
+    np.testing.assert_array_equal(np.stack(outs), o_w)
+    np.testing.assert_array_equal(st, st_w)
+
+
+def test_tree_matches_branches_and_commit_replays():
+    rng = _rng(3)
+    parents = [-1, 0, 0, 1, 2, -1, 5]
+    n = len(parents)
+    qkv, a, b, A_log, dt_bias = _inputs(rng, n)
+    slots = 2
+    slot = 1
+    state = rng.standard_normal((slots, Hv, Dk, Dv)).astype(np.float32) * 0.3
+    o_t, st_t, lk, ld, la = _run_rec(qkv, a, b, A_log, dt_bias, state, [(0, n, slot, 0)], parents)
+    np.testing.assert_array_equal(st_t, state)  # the committed state is not touched
+    qn, kn, v, g, beta = _prep_ref(qkv, a, b, A_log, dt_bias)
+    O_ref, states_ref = ops.delta_rule_tree(state[slot], qn, kn, v, g, beta, parents)
+    np.testing.assert_allclose(o_t, O_ref, **TOL)
+    # each leaf's branch run as a window gives bit-identical rows
+    for leaf in (4, 6):
+        path = []
+        x = leaf
+        while x >= 0:
+            path.append(x)
+            x = parents[x]
+        path = path[::-1]
+        o_b, st_b, *_ = _run_rec(qkv[path], a[path], b[path], A_log, dt_bias, state,
+                                 [(0, len(path), slot, 1)], [-1] + list(range(len(path) - 1)))
+        np.testing.assert_array_equal(o_b, o_t[path])
+        # commit the branch from the tree's log == the stepped state, bit for bit
+        st_c = cuda.to_device(state[None].copy())
+        compact.launch_gdn_commit(st_c, cuda.to_device(lk[None]), cuda.to_device(ld[None]), cuda.to_device(la[None]),
+                                  _i32(parents), _i32([slot]), _i32([leaf]))
+        np.testing.assert_array_equal(st_c.copy_to_host()[0], st_b)
+
+
+def test_batched_streams_equal_alone():
+    rng = _rng(4)
+    qkv, a, b, A_log, dt_bias = _inputs(rng, 5)
+    state = rng.standard_normal((3, Hv, Dk, Dv)).astype(np.float32) * 0.3
+    segs = [(0, 2, 2, 1), (2, 1, -1, 1), (3, 2, 0, 1)]  # middle segment is padding
+    parents = [-1, 0, -1, -1, 3]
+    o_all, st_all, *_ = _run_rec(qkv, a, b, A_log, dt_bias, state, segs, parents)
+    o_a, st_a, *_ = _run_rec(qkv[:2], a[:2], b[:2], A_log, dt_bias, state, [(0, 2, 2, 1)], [-1, 0])
+    np.testing.assert_array_equal(o_all[:2], o_a)
+    np.testing.assert_array_equal(st_all[2], st_a[2])
+    assert np.isnan(o_all[2]).all()  # padding wrote nothing
+    np.testing.assert_array_equal(st_all[1], state[1])
+
+
+@pytest.mark.parametrize("L", [5, 70])
+def test_chunked_vs_reference(L):
+    rng = _rng(10 + L)
+    qkv, a, b, A_log, dt_bias = _inputs(rng, L)
+    a = a - 2.0  # milder decay so chunk-boundary state matters
+    state = rng.standard_normal((2, Hv, Dk, Dv)).astype(np.float32) * 0.3
+    slot = 1
+    st = cuda.to_device(state.copy())
+    o = cuda.to_device(np.full((L, Hv, Dv), np.nan, np.float32))
+    work = dr.chunk_workspace(L, Hk, Hv, Dk, Dv)
+    dr.launch_chunked(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
+                      cuda.to_device(dt_bias), st, _i32([0]), _i32([L]), _i32([slot]), o, work,
+                      max_rows_per_seg=L, prep_blocks=2)
+    qn, kn, v, g, beta = _prep_ref(qkv, a, b, A_log, dt_bias)
+    O_ref, S_ref = ops.delta_rule_recurrent(state[slot].astype(np.float64), qn.astype(np.float64),
+                                            kn.astype(np.float64), v.astype(np.float64), g.astype(np.float64),
+                                            beta.astype(np.float64))
+    oh = o.copy_to_host()
+    assert not np.isnan(oh).any()
+    np.testing.assert_allclose(oh, O_ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(st.copy_to_host()[slot], S_ref, rtol=1e-4, atol=1e-4)
