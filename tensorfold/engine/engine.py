@@ -13,6 +13,9 @@ free slots, every stream past its prompt decodes one token, prompt chunks are pr
 finished streams release their slots. Finish rules, checked in this order on each new token: a stop id (the
 model's end-of-sequence ids unless `ignore_eos`, plus `stop_token_ids` always) or a stop string -> "stop";
 `max_tokens` reached or the context full (prompt + completion == context) -> "length".
+
+Faults: if the backend raises inside a round, every running stream is ended ("abort", slot freed, no output for
+it) and the exception propagates; waiting requests stay queued and the next `step()` serves them.
 """
 
 from __future__ import annotations
@@ -342,19 +345,8 @@ class Engine:
                 o[2] += det.flush()
             self._finish(seq, "length")
 
-    def step(self) -> list[StepOutput]:
-        """Run one scheduling round; returns an output for every request that got tokens or finished."""
-        with self._lock:
-            inbox, self._inbox = self._inbox, []
-            cancels, self._cancels = self._cancels, set()
-        for seq in inbox:
-            self.scheduler.add(seq)
-        out: dict[str, list] = {}  # rid -> [seq, new ids, text]
-        for rid in cancels:
-            seq = self._live.get(rid)
-            if seq is not None and not seq.finished:
-                self._finish(seq, "abort")
-                out.setdefault(rid, [seq, [], ""])
+    def _run_round(self, out: dict) -> int:
+        """Admit, decode, prefill (see the module docstring); returns the prompt tokens consumed."""
         plan = self.scheduler.schedule()
         for seq in plan.admitted:
             seq.slot = self.backend.new_slot()
@@ -377,6 +369,46 @@ class Engine:
             if ch.last:
                 seq.status = SeqStatus.DECODE
                 self._append(seq, tok, out)
+        return prompt_done
+
+    def _fail_running(self, out: dict) -> None:
+        """After a backend fault: end every running stream ("abort"), so no half-advanced state is reused. Waiting
+        requests stay queued; requests that finished earlier in the failed round are dropped too."""
+        with self._lock:
+            for seq, _, _ in out.values():
+                if seq.finished and self._live.pop(seq.request_id, None) is not None:
+                    self._counters["requests_aborted"] += 1
+        for seq in list(self.scheduler.running):
+            if seq.slot is not None:
+                try:
+                    self.backend.free(seq.slot)
+                except Exception:  # noqa: BLE001 - the backend is already failing
+                    pass
+                seq.slot = None
+            self._finish(seq, "abort")
+            with self._lock:
+                self._live.pop(seq.request_id, None)
+                self._counters["requests_aborted"] += 1
+            self._held_tokens = 0
+
+    def step(self) -> list[StepOutput]:
+        """Run one scheduling round; returns an output for every request that got tokens or finished."""
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            cancels, self._cancels = self._cancels, set()
+        for seq in inbox:
+            self.scheduler.add(seq)
+        out: dict[str, list] = {}  # rid -> [seq, new ids, text]
+        for rid in cancels:
+            seq = self._live.get(rid)
+            if seq is not None and not seq.finished:
+                self._finish(seq, "abort")
+                out.setdefault(rid, [seq, [], ""])
+        try:
+            prompt_done = self._run_round(out)
+        except BaseException:
+            self._fail_running(out)
+            raise
         results = []
         generated = 0
         finished_ids = []

@@ -198,3 +198,30 @@ def test_token_sha():
 
     assert token_sha([1, 22, 333]) == hashlib.sha256(b"1,22,333").hexdigest()[:16]
     assert token_sha([]) == hashlib.sha256(b"").hexdigest()[:16]
+
+
+def test_backend_fault_aborts_running_and_engine_recovers(toy_engine):
+    eng = toy_engine(parallel=2, tokenizer=False)
+    p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    want = eng.generate([3, 4, 5], p)
+    real = eng.backend.decode_sample
+    calls = {"n": 0}
+
+    def flaky(slots, ids, rows):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("device lost")
+        return real(slots, ids, rows)
+
+    eng.backend.decode_sample = flaky
+    a = eng.add_request([3, 4, 5], p)
+    b = eng.add_request([6, 7], p)
+    c = eng.add_request([3, 4, 5], p)  # waits: parallel=2
+    with pytest.raises(RuntimeError, match="device lost"):
+        for _ in range(10):
+            eng.step()
+    assert eng.backend.slots_in_use == 0 and not eng.cancel(a) and not eng.cancel(b)
+    assert eng.stats()["running"] == 0 and eng.has_unfinished()  # c is still queued
+    outs = drain(eng)
+    assert [t for o in outs[c] for t in o.new_token_ids] == want
+    assert eng.generate([3, 4, 5], p) == want and not eng.has_unfinished()
