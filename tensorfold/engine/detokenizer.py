@@ -20,6 +20,7 @@ re-decoding); any other object with `decode(ids) -> str`, or a bare decode funct
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Iterable, Sequence
 
 __all__ = ["Detokenizer", "OffsetDecoder", "held_suffix_len"]
@@ -116,7 +117,7 @@ class Detokenizer:
         """Feed tokens (an int or a list); returns the newly safe text. After a stop match, returns ''."""
         if self.stopped:
             return ""
-        if isinstance(token_ids, int) or hasattr(token_ids, "__index__"):
+        if isinstance(token_ids, numbers.Integral):
             token_ids = [token_ids]
         for t in token_ids:
             self._pending += self._dec.add(int(t))

@@ -95,6 +95,12 @@ def test_random_streams_match_oracle():
             assert want.startswith(acc)
 
 
+def test_accepts_ints_lists_and_arrays():
+    a, b, c = Detokenizer(byte_decode), Detokenizer(byte_decode), Detokenizer(byte_decode)
+    ids = list("añb".encode())
+    assert a.add(np.array(ids)) == b.add(ids) == "".join(c.add(np.int64(t)) for t in ids) == "añb"
+
+
 def test_bad_stop_strings():
     with pytest.raises(ValueError, match="stop"):
         Detokenizer(byte_decode, stop=[""])
