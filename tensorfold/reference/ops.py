@@ -233,7 +233,7 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, q_positio
     vh = np.repeat(v, rep, axis=1)
     s = np.einsum("lhd,thd->hlt", q, kh) * dt(scale)  # [nH, L, T]
     s = np.where(visible[None], s, -np.inf)
-    m = np.max(s, axis=-1, keepdims=True)
+    m = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m)
     den = np.sum(p, axis=-1, keepdims=True)

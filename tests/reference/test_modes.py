@@ -197,3 +197,16 @@ def test_snapshot_restore_round_trip(models):
     assert fresh == snap and fresh is not snap
     m32.step(fresh, 1)
     assert snap.pos == 10 and s.pos == 14  # snapshots are independent of later forwards
+
+
+def test_empty_inputs_are_no_ops(models):
+    spec, _, m32 = models
+    s = m32.new_state()
+    assert m32.prompt(s, []).shape == (0, spec.vocab) and m32.window(s, []).shape == (0, spec.vocab)
+    res = m32.tree(s, [], [])
+    assert res.logits.shape == (0, spec.vocab)
+    m32.commit(s, res, [])
+    assert s == m32.new_state()
+    # a first token through a tree root equals a first step (empty KV cache, zero conv tail and state)
+    res = m32.tree(s, [7], [-1])
+    assert rel_err(res.logits[0], m32.step(m32.new_state(), 7)) < 1e-6
