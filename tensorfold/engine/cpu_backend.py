@@ -2,6 +2,8 @@
 
 Slow but exact: it is the backend on machines without a GPU and the oracle the cuda backend is compared with.
 Each slot's forward runs on its own State (no batching across slots), so a stream never depends on the others.
+The reference keeps K/V in float32: kv_cache="bf16" runs with that exact cache (the startup line says so);
+"fp8" is passed to the ReferenceModel and refused with a ValueError if it has no fp8 cache.
 """
 
 from __future__ import annotations
@@ -97,4 +99,8 @@ class CpuBackend(Backend):
         return out
 
     def describe(self) -> dict:
-        return {"backend": self.name, "kv_cache": self.kv_cache}
+        # the reference keeps its K/V cache in its compute dtype unless it was built with an fp8 cache
+        kv = self.kv_cache
+        if kv == "bf16":
+            kv = np.dtype(getattr(self.model, "dtype", np.float32)).name + " (reference)"
+        return {"backend": self.name, "kv_cache": kv}
