@@ -224,7 +224,16 @@ def qwen35_tokenizer_path(cache_dir: str | os.PathLike | None = None) -> Path:
     target = directory / f"qwen35-tokenizer-{digest}.json"
     if target.is_file():
         return target
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        if cache_dir is not None:
+            raise
+        directory = Path(tempfile.gettempdir()) / "tensorfold-cache"   # read-only home: use the temp dir
+        target = directory / target.name
+        if target.is_file():
+            return target
+        directory.mkdir(parents=True, exist_ok=True)
     data = build_qwen35_tokenizer(ranks_path)
     # write to a temporary name and rename, so concurrent builders never see a partial file
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".qwen35-", suffix=".json")
