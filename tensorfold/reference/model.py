@@ -35,11 +35,23 @@ _FULL = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")
 _COMMON = ("input_layernorm", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
+_KV_CACHES = (None, "f32", "float32", "bf16", "fp8")
+
+
 class ReferenceModel:
     """The numpy oracle. ``tensors``: internal name -> Weight or array (or a Checkpoint, whose ``.tensors`` is
-    used); ``config``: a ``tensorfold.model.config.ModelConfig`` (any object with its fields works)."""
+    used); ``config``: a ``tensorfold.model.config.ModelConfig`` (any object with its fields works).
 
-    def __init__(self, tensors, config, dtype=np.float32):
+    ``kv_cache``: None / "f32" keeps K/V exactly (model dtype); "bf16" rounds every cached K/V row to bf16 (RNE);
+    "fp8" stores them as e4m3 with one fp32 scale per (row, kv head) (``tensorfold.reference.kv8``). Rows are
+    rounded when written, before attention reads them (the current token reads its own rounded key too), as a
+    device cache written on RoPE and read by the attention kernel would behave.
+    """
+
+    def __init__(self, tensors, config, dtype=np.float32, kv_cache=None):
+        if kv_cache not in _KV_CACHES:
+            raise ValueError(f"ReferenceModel: kv_cache={kv_cache!r} is not one of {_KV_CACHES}")
+        self.kv_cache = kv_cache
         if hasattr(tensors, "tensors") and not isinstance(tensors, dict):
             tensors = tensors.tensors  # a Checkpoint
         self.config = config
@@ -58,13 +70,13 @@ class ReferenceModel:
             raise KeyError("ReferenceModel: untied config but no 'lm_head' tensor")
 
     @classmethod
-    def from_checkpoint(cls, ckpt, dtype=np.float32) -> "ReferenceModel":
+    def from_checkpoint(cls, ckpt, dtype=np.float32, kv_cache=None) -> "ReferenceModel":
         """From a ``Checkpoint`` (``tensorfold.model.checkpoint``) or a path to load with ``load_checkpoint``."""
         if not hasattr(ckpt, "tensors"):
             from tensorfold.model.checkpoint import load_checkpoint
 
             ckpt = load_checkpoint(ckpt)
-        return cls(ckpt.tensors, ckpt.config, dtype=dtype)
+        return cls(ckpt.tensors, ckpt.config, dtype=dtype, kv_cache=kv_cache)
 
     # ----------------------------------------------------------------------------------------------- weights
 
@@ -85,6 +97,19 @@ class ReferenceModel:
             arr = ops.weight_f32(self._tensors[name]).astype(self.dtype, copy=False)
             self._cache[name] = arr
         return arr
+
+    def _kv_round(self, x: np.ndarray) -> np.ndarray:
+        """A K or V block [n, nKV, hd] as the cache stores it (see ``kv_cache``)."""
+        if self.kv_cache == "bf16":
+            from tensorfold.model import bf16
+
+            return bf16.to_f32(bf16.from_f32(x.astype(np.float32))).astype(self.dtype)
+        if self.kv_cache == "fp8":
+            from tensorfold.reference import kv8
+
+            codes, scale = kv8.quantize_rows(x.astype(np.float32))  # one scale per (row, kv head)
+            return kv8.dequantize_rows(codes, scale).astype(self.dtype)
+        return x
 
     # ----------------------------------------------------------------------------------------------- state
 
@@ -251,6 +276,7 @@ class ReferenceModel:
         v = ops.linear(x, self.w(pre + "v_proj")).reshape(n, nKV, hd)
         q = ops.qk_norm_rope(q, self.w(pre + "q_norm"), c.rms_norm_eps, positions, self.rotary_dim, c.rope_theta)
         k = ops.qk_norm_rope(k, self.w(pre + "k_norm"), c.rms_norm_eps, positions, self.rotary_dim, c.rope_theta)
+        k, v = self._kv_round(k), self._kv_round(v)  # as the cache stores them (identity unless kv_cache is set)
         t0 = state.k[i].shape[0]
         k_all = np.concatenate([state.k[i], k], axis=0)  # [t0 + n, nKV, hd]
         v_all = np.concatenate([state.v[i], v], axis=0)

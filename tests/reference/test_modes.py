@@ -210,3 +210,29 @@ def test_empty_inputs_are_no_ops(models):
     # a first token through a tree root equals a first step (empty KV cache, zero conv tail and state)
     res = m32.tree(s, [7], [-1])
     assert rel_err(res.logits[0], m32.step(m32.new_state(), 7)) < 1e-6
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "fp8"])
+def test_rounded_kv_cache_stores_rounded_rows(models, kv_cache):
+    """kv_cache="bf16"/"fp8": the first full-attention layer's cached rows are exactly the exact model's rows
+    rounded (bf16 RNE / e4m3 with a per-(row, head) scale); logits stay close but not equal."""
+    spec, _, m32 = models
+    if kv_cache == "fp8":
+        kv8 = pytest.importorskip("tensorfold.reference.kv8")
+    from tensorfold.model import bf16
+
+    rounded = ReferenceModel(m32._tensors, m32.config, kv_cache=kv_cache)
+    ids = _ids(np.random.default_rng(9), spec, 12)
+    a, b = m32.new_state(), rounded.new_state()
+    la, lb = m32.prompt(a, ids), rounded.prompt(b, ids)
+    first_full = spec.layer_types.index("full_attention")
+    for exact, got in ((a.k[first_full], b.k[first_full]), (a.v[first_full], b.v[first_full])):
+        if kv_cache == "bf16":
+            want = bf16.to_f32(bf16.from_f32(exact))
+        else:
+            want = kv8.dequantize_rows(*kv8.quantize_rows(exact))
+        assert np.array_equal(got, want)
+    err = rel_err(lb, la)
+    assert 0 < err < (0.02 if kv_cache == "bf16" else 0.1)
+    with pytest.raises(ValueError):
+        ReferenceModel(m32._tensors, m32.config, kv_cache="int4")
