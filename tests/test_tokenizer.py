@@ -325,3 +325,37 @@ def test_tiny_tokenizer(tmp_path):
         text = _random_text(rng, rng.randint(1, 40))
         assert tok.decode(tok.encode(text)) == unicodedata.normalize("NFC", text), f"seed {seed}"
         _check_incremental(tok, tok.encode(text))
+
+
+# --------------------------------------------------------------------------- renderer parity with transformers
+
+
+def test_rendering_matches_transformers(tmp_path):
+    """Our jinja environment renders both shipped templates exactly like transformers' apply_chat_template."""
+    transformers = pytest.importorskip("transformers")
+    data = tb.build_tiny_tokenizer()
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    tools = [{"type": "function", "function": {"name": "f", "description": "ünïcode <b>", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}}}}]
+    conversations = [
+        SYS_USER,
+        [{"role": "user", "content": [{"type": "text", "text": " part one "}, {"type": "text", "text": "two"}]}],
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "q1"},
+         {"role": "assistant", "content": "<think>r1</think>a1"}, {"role": "user", "content": "q2"},
+         {"role": "assistant", "content": "", "reasoning_content": "r2",
+          "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1, "y": {"z": [1, "é"]}}}},
+                         {"function": {"name": "g", "arguments": {}}}]},
+         {"role": "tool", "content": "out1"}, {"role": "tool", "content": "out2"},
+         {"role": "assistant", "content": "done"}],
+    ]
+    for name in ("qwen3_5_think", "qwen3_5_nothink"):
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+            {"chat_template": builtin_template(name), "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
+        hf = transformers.AutoTokenizer.from_pretrained(tmp_path)
+        ours = Tokenizer.from_dir(tmp_path)
+        for conv in conversations:
+            for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}, {"tools": tools}):
+                for gen in (True, False):
+                    want = hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen, **kwargs)
+                    got = ours.apply_chat_template(conv, add_generation_prompt=gen, **kwargs)
+                    assert got == want, (name, conv, kwargs, gen)
