@@ -51,7 +51,7 @@ def _run(q, kc, vc, ks, vs, meta, qg=None, nz=None):
     return out.copy_to_host()
 
 
-META = ([1, -1, 0], [70, 4, 5], [0, 0, 0b1011], [0, 0, 100])
+META = ([1, -1, 0], [70, 4, 5], [0, 0, 0b1011], [0, 0, 80])
 
 
 @pytest.mark.parametrize("fmt", ["f32", "bf16", "e4m3"])
