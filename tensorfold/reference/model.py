@@ -5,10 +5,12 @@ Owns: the decoder of qwen35.md §3.2 built from :mod:`tensorfold.reference.ops`,
 
 * ``prompt(state, ids)``  — chunked delta rule (C = 64), conv and attention over the whole chunk; works on an empty
   or a non-empty state (a continued prompt chunk). Advances the state.
-* ``step(state, id)`` / ``window(state, ids)`` — token-by-token recurrence (window = k steps done together).
+* ``step(state, id)`` / ``window(state, ids)`` — token recurrence; a window is k steps, bit-identical to them.
 * ``tree(state, ids, parents)`` — each row sees exactly its ancestors (attention: committed cache + ancestors'
   keys and its own; conv: the ancestor chain's raw qkv rows continuing the committed tail; recurrence: continues
-  its parent's state). Does not advance; ``commit(state, result, path)`` advances along one branch.
+  its parent's state). By default each row is a step on its parent's state (bit-identical to stepping the branch);
+  ``batched=True`` runs the rows together with ancestor masks (the form a tree kernel takes). Does not advance;
+  ``commit(state, result, path)`` advances along one branch.
 
 Mirrors transformers' ``Qwen3_5ForCausalLM`` run in float32 (the parity tests in tests/reference prove it).
 
@@ -125,17 +127,27 @@ class ReferenceModel:
 
     def step(self, state: State, token_id: int) -> np.ndarray:
         """Consume one token (recurrent delta rule), advance ``state``; returns logits [V]."""
-        return self.logits_for(self.forward_hidden(state, [int(token_id)], mode="window"))[0]
+        return self.logits_for(self._forward(state, np.array([int(token_id)]), "window", None, None))[0]
 
     def window(self, state: State, ids) -> np.ndarray:
-        """Consume k tokens by token recurrence, advance ``state`` by k; returns logits [k, V]."""
-        return self.logits_for(self.forward_hidden(state, ids, mode="window"))
+        """Consume k tokens one row at a time, advance ``state`` by k; returns logits [k, V].
 
-    def tree(self, state: State, ids, parents) -> TreeResult:
+        Each row runs exactly the ``step`` computation, so window logits equal repeated steps bit for bit.
+        """
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        out = np.zeros((ids.size, self.config.vocab_size), self.dtype)
+        for r, t in enumerate(ids):
+            out[r] = self.step(state, t)
+        return out
+
+    def tree(self, state: State, ids, parents, batched: bool = False) -> TreeResult:
         """Forward a token tree on top of ``state`` without advancing it.
 
         ids [n], parents [n] with ``parents[i] == -1`` (row continues the committed state) or ``parents[i] < i``.
         Row i sits at position ``state.pos + depth(i)`` and sees exactly its ancestors and itself.
+        Default: each row is one ``step`` on a copy of its parent's state, so a row's logits equal stepping its
+        branch bit for bit. ``batched=True``: all rows in one forward (ancestor mask in attention, per-row conv
+        windows and recurrences: ``ops.causal_conv_tree`` / ``ops.delta_rule_tree``), equal within rounding.
         """
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         parents = np.asarray(parents, dtype=np.int64).reshape(-1)
@@ -144,11 +156,38 @@ class ReferenceModel:
         for i, p in enumerate(parents):
             if not -1 <= p < i:
                 raise ValueError(f"tree: parents[{i}] = {p} must be -1 or < {i}")
+        if not batched:
+            return self._tree_by_rows(state, ids, parents)
         extra: dict = {}
         hidden = self._forward(state, ids, "tree", parents, extra)
         return TreeResult(logits=self.logits_for(hidden), hidden=hidden, parents=parents,
                           positions=extra["positions"], base_pos=state.pos, conv_tails=extra["conv_tails"],
                           rec_states=extra["rec_states"], k_rows=extra["k_rows"], v_rows=extra["v_rows"])
+
+    def _tree_by_rows(self, state: State, ids: np.ndarray, parents: np.ndarray) -> TreeResult:
+        n, c = ids.size, self.config
+        row_states: list[State] = []
+        hidden = np.zeros((n, c.hidden_size), self.dtype)
+        logits = np.zeros((n, c.vocab_size), self.dtype)
+        for i in range(n):
+            s = (state if parents[i] < 0 else row_states[parents[i]]).copy()
+            hidden[i] = self._forward(s, ids[i:i + 1], "window", None, None)[0]
+            logits[i] = self.logits_for(hidden[i:i + 1])[0]
+            row_states.append(s)
+        L = c.num_hidden_layers
+        conv_tails, rec_states, k_rows, v_rows = [None] * L, [None] * L, [None] * L, [None] * L
+        for layer in range(L):
+            if n == 0:
+                continue
+            if state.conv[layer] is not None:  # linear attention: the state after each row
+                conv_tails[layer] = np.stack([rs.conv[layer] for rs in row_states])  # [n, K-1, C]
+                rec_states[layer] = np.stack([rs.rec[layer] for rs in row_states])  # [n, Hv, Dk, Dv]
+            if state.k[layer] is not None:  # full attention: each row's own key / value (its last cache row)
+                k_rows[layer] = np.stack([rs.k[layer][-1] for rs in row_states])  # [n, nKV, hd]
+                v_rows[layer] = np.stack([rs.v[layer][-1] for rs in row_states])
+        positions = np.array([rs.pos - 1 for rs in row_states], dtype=np.int64)
+        return TreeResult(logits=logits, hidden=hidden, parents=parents, positions=positions, base_pos=state.pos,
+                          conv_tails=conv_tails, rec_states=rec_states, k_rows=k_rows, v_rows=v_rows)
 
     def commit(self, state: State, result: TreeResult, path) -> None:
         """Advance ``state`` along tree rows ``path`` (a chain from a root: parents[path[0]] == -1,
@@ -185,12 +224,14 @@ class ReferenceModel:
 
     def forward_hidden(self, state: State, ids, mode: str = "prompt") -> np.ndarray:
         """Consume ``ids`` and advance ``state``; returns the final-normed hidden [L, H] (feed ``logits_for``).
-        mode "prompt" uses the chunked delta rule, "window" the token recurrence."""
+        mode "prompt" uses the chunked delta rule, "window" runs the rows one ``step`` at a time."""
         if mode not in ("prompt", "window"):
             raise ValueError(f"forward_hidden: mode must be 'prompt' or 'window', got {mode!r}")
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             return np.zeros((0, self.config.hidden_size), self.dtype)
+        if mode == "window":  # one row at a time, exactly as step
+            return np.concatenate([self._forward(state, ids[r:r + 1], mode, None, None) for r in range(ids.size)])
         return self._forward(state, ids, mode, None, None)
 
     # ----------------------------------------------------------------------------------------------- forward

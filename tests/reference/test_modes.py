@@ -100,14 +100,14 @@ def test_window_continuing_state_equals_steps(models):
     spec, m64, m32 = models
     rng = np.random.default_rng(2)
     prompt, win = _ids(rng, spec, 20), _ids(rng, spec, 5)
-    for m, tol in ((m64, 1e-12), (m32, 1e-5)):
+    for m in (m64, m32):
         a = m.new_state()
         m.prompt(a, prompt)
         b = a.snapshot()
         lw = m.window(a, win)
         ls = np.stack([m.step(b, t) for t in win])
-        assert lw.shape == (5, spec.vocab)
-        assert rel_err(lw, ls) < tol and _max_state_diff(a, b) < tol
+        assert lw.shape == (5, spec.vocab) and lw.dtype == m.dtype
+        assert np.array_equal(lw, ls) and a == b  # bit for bit
         assert a.pos == b.pos == 25
 
 
@@ -125,9 +125,10 @@ def test_prompt_in_two_chunks_equals_one(models, split):
 PARENTS = [-1, 0, 1, 0, 3, -1, 2, 5]
 
 
-@pytest.mark.parametrize("dtype_tol", [(np.float64, 1e-10), (np.float32, 2e-5)], ids=["f64", "f32"])
-def test_tree_rows_equal_steps_along_their_branch(models, dtype_tol):
-    dtype, tol = dtype_tol
+@pytest.mark.parametrize("batched,dtype,tol", [(False, np.float32, 0.0), (True, np.float64, 1e-10),
+                                                (True, np.float32, 2e-5)], ids=["rows-f32", "batched-f64", "batched-f32"])
+def test_tree_rows_equal_steps_along_their_branch(models, batched, dtype, tol):
+    """Default (row by row): bit-identical to steps; batched (ancestor masks): equal within tol."""
     spec, m64, m32 = models
     m = m64 if dtype == np.float64 else m32
     rng = np.random.default_rng(4)
@@ -135,7 +136,7 @@ def test_tree_rows_equal_steps_along_their_branch(models, dtype_tol):
     m.prompt(base, _ids(rng, spec, 12))
     before = base.snapshot()
     ids = _ids(rng, spec, len(PARENTS))
-    res = m.tree(base, ids, PARENTS)
+    res = m.tree(base, ids, PARENTS, batched=batched)
     assert base == before  # the tree does not advance the state
     assert res.logits.shape == (len(PARENTS), spec.vocab)
     assert list(res.positions) == [12, 13, 14, 13, 14, 12, 15, 13]
@@ -143,7 +144,10 @@ def test_tree_rows_equal_steps_along_their_branch(models, dtype_tol):
         s = before.snapshot()
         for r in _chain(PARENTS, i):
             last = m.step(s, ids[r])
-        assert rel_err(res.logits[i], last) < tol, i
+        if tol == 0.0:
+            assert np.array_equal(res.logits[i], last), i
+        else:
+            assert rel_err(res.logits[i], last) < tol, i
 
 
 def test_commit_then_step_equals_stepping_the_path(models):
@@ -153,16 +157,20 @@ def test_commit_then_step_equals_stepping_the_path(models):
     m64.prompt(base, _ids(rng, spec, 9))
     ids = _ids(rng, spec, len(PARENTS))
     nxt = int(_ids(rng, spec, 1)[0])
-    for path in ([0, 1, 2, 6], [0, 3], [5, 7], [5], []):
-        res = m64.tree(base, ids, PARENTS)
-        committed = base.snapshot()
-        m64.commit(committed, res, path)
-        stepped = base.snapshot()
-        for r in path:
-            m64.step(stepped, ids[r])
-        assert committed.pos == base.pos + len(path)
-        assert _max_state_diff(committed, stepped) < 1e-10
-        assert rel_err(m64.step(committed, nxt), m64.step(stepped, nxt)) < 1e-10
+    for batched in (False, True):
+        for path in ([0, 1, 2, 6], [0, 3], [5, 7], [5], []):
+            res = m64.tree(base, ids, PARENTS, batched=batched)
+            committed = base.snapshot()
+            m64.commit(committed, res, path)
+            stepped = base.snapshot()
+            for r in path:
+                m64.step(stepped, ids[r])
+            assert committed.pos == base.pos + len(path)
+            if batched:
+                assert _max_state_diff(committed, stepped) < 1e-10
+                assert rel_err(m64.step(committed, nxt), m64.step(stepped, nxt)) < 1e-10
+            else:  # row-by-row trees commit exactly the stepped state
+                assert committed == stepped
 
 
 def test_commit_rejects_bad_paths(models):
@@ -208,8 +216,10 @@ def test_empty_inputs_are_no_ops(models):
     m32.commit(s, res, [])
     assert s == m32.new_state()
     # a first token through a tree root equals a first step (empty KV cache, zero conv tail and state)
-    res = m32.tree(s, [7], [-1])
-    assert rel_err(res.logits[0], m32.step(m32.new_state(), 7)) < 1e-6
+    for batched in (False, True):
+        assert m32.tree(s, [], [], batched=batched).logits.shape == (0, spec.vocab)
+        res = m32.tree(s, [7], [-1], batched=batched)
+        assert rel_err(res.logits[0], m32.step(m32.new_state(), 7)) < 1e-6
 
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "fp8"])
