@@ -121,9 +121,9 @@ class ReferenceModel:
 
     # ----------------------------------------------------------------------------------------------- modes
 
-    def prompt(self, state: State, ids) -> np.ndarray:
-        """Consume ``ids`` (chunked delta rule), advance ``state``; returns logits [L, V]."""
-        return self.logits_for(self.forward_hidden(state, ids, mode="prompt"))
+    def prompt(self, state: State, ids, chunk: int = 64) -> np.ndarray:
+        """Consume ``ids`` (chunked delta rule, ``chunk`` rows a chunk), advance ``state``; returns logits [L, V]."""
+        return self.logits_for(self.forward_hidden(state, ids, mode="prompt", chunk=chunk))
 
     def step(self, state: State, token_id: int) -> np.ndarray:
         """Consume one token (recurrent delta rule), advance ``state``; returns logits [V]."""
@@ -222,7 +222,7 @@ class ReferenceModel:
         """Final-normed hidden [..., H] -> logits [..., V] (lm_head, or embed_tokens when tied)."""
         return ops.linear(hidden, self.w(self.head_name))
 
-    def forward_hidden(self, state: State, ids, mode: str = "prompt") -> np.ndarray:
+    def forward_hidden(self, state: State, ids, mode: str = "prompt", chunk: int = 64) -> np.ndarray:
         """Consume ``ids`` and advance ``state``; returns the final-normed hidden [L, H] (feed ``logits_for``).
         mode "prompt" uses the chunked delta rule, "window" runs the rows one ``step`` at a time."""
         if mode not in ("prompt", "window"):
@@ -232,11 +232,11 @@ class ReferenceModel:
             return np.zeros((0, self.config.hidden_size), self.dtype)
         if mode == "window":  # one row at a time, exactly as step
             return np.concatenate([self._forward(state, ids[r:r + 1], mode, None, None) for r in range(ids.size)])
-        return self._forward(state, ids, mode, None, None)
+        return self._forward(state, ids, mode, None, None, chunk)
 
     # ----------------------------------------------------------------------------------------------- forward
 
-    def _forward(self, state: State, ids: np.ndarray, mode: str, parents, extra) -> np.ndarray:
+    def _forward(self, state: State, ids: np.ndarray, mode: str, parents, extra, chunk: int = 64) -> np.ndarray:
         c = self.config
         n = ids.shape[0]
         if mode == "tree":
@@ -261,7 +261,7 @@ class ReferenceModel:
             pre = f"layers.{i}."
             x = ops.rms_norm(h, self.w(pre + "input_layernorm"), eps)
             if lt == "linear_attention":
-                mix = self._gdn(i, x, state, mode, parents, extra)
+                mix = self._gdn(i, x, state, mode, parents, extra, chunk)
             else:
                 mix = self._attn(i, x, state, mode, positions, anc, extra)
             h = h + mix
@@ -271,7 +271,7 @@ class ReferenceModel:
             state.pos += n
         return ops.rms_norm(h, self.w("norm"), eps)
 
-    def _gdn(self, i: int, x: np.ndarray, state: State, mode: str, parents, extra) -> np.ndarray:
+    def _gdn(self, i: int, x: np.ndarray, state: State, mode: str, parents, extra, chunk: int) -> np.ndarray:
         """Gated DeltaNet block (qwen35.md §3.4): x [n, H] -> [n, H]."""
         c = self.config
         pre = f"layers.{i}.linear_attn."
@@ -291,7 +291,7 @@ class ReferenceModel:
         qh, kh = ops.gdn_prepare_qk(q, k)
         g, beta = ops.gdn_gates(a, b, self.w(pre + "A_log"), self.w(pre + "dt_bias"))  # [n, Hv] each
         if mode == "prompt":
-            o, S = ops.delta_rule_chunked(state.rec[i], qh, kh, v, g, beta, chunk=64)
+            o, S = ops.delta_rule_chunked(state.rec[i], qh, kh, v, g, beta, chunk=chunk)
         elif mode == "window":
             o, S = ops.delta_rule_recurrent(state.rec[i], qh, kh, v, g, beta)
         else:

@@ -119,6 +119,8 @@ def test_prompt_in_two_chunks_equals_one(models, split):
     l1 = m64.prompt(one, ids)
     l2 = np.concatenate([m64.prompt(two, ids[:split]), m64.prompt(two, ids[split:])])
     assert rel_err(l2, l1) < 1e-10 and _max_state_diff(one, two) < 1e-10
+    odd = m64.new_state()  # another chunk size: same function
+    assert rel_err(m64.prompt(odd, ids, chunk=split + 6), l1) < 1e-10
 
 
 # A tree with two roots and branches of depths 1..4:   0 -> 1 -> 2 -> 6,   0 -> 3 -> 4,   5 (root) -> 7

@@ -219,3 +219,21 @@ def test_linear_embed_mlp(rng):
     ids = np.array([3, 0, 47, 3])
     assert np.array_equal(ops.embed(wg, ids), wg[ids])
     assert ops.linear(x.astype(np.float64), wg).dtype == np.float64
+
+
+def test_linear_and_embed_take_weight_objects(rng):
+    weights = pytest.importorskip("tensorfold.model.weights")
+    quant = pytest.importorskip("tensorfold.model.quant")
+    w = rng.standard_normal((40, 64)).astype(np.float32)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    bits16 = (w.view(np.uint32) >> 16).astype(np.uint16)  # truncated bf16 bits: exactly representable values
+    dense = weights.DenseWeight(bits16)
+    w_bf = (bits16.astype(np.uint32) << 16).view(np.float32)
+    assert rel(ops.linear(x, dense), x.astype(np.float64) @ w_bf.T.astype(np.float64)) < 1e-6
+    packed, s, b = quant.quantize(w, 4, 32)
+    aff = weights.AffineWeight(packed, s, b, 4, 32)
+    w_q = ops.affine_dequant(packed, s, b, 4, 32)
+    assert rel(ops.linear(x, aff), x.astype(np.float64) @ w_q.T.astype(np.float64)) < 1e-6
+    ids = np.array([5, 39, 0])
+    assert np.array_equal(ops.embed(aff, ids), w_q[ids])
+    assert np.array_equal(ops.embed(dense, ids), w_bf[ids])
