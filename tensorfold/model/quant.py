@@ -31,7 +31,7 @@ __all__ = ["BITS", "GROUP_SIZES", "pack", "unpack", "quantize", "dequantize", "c
 
 BITS = (2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
-_ROW_CHUNK = 2048  # rows processed at a time, bounds the temporaries for big tensors
+_ROW_CHUNK = 256  # rows processed at a time, bounds the temporaries for big tensors
 
 
 def check_bits_group(bits, group_size=None, what="quantization"):
@@ -41,10 +41,18 @@ def check_bits_group(bits, group_size=None, what="quantization"):
         raise ValueError(f"{what}: group_size={group_size!r} is not supported (choose from {GROUP_SIZES})")
 
 
-def _pack_geometry(bits):
-    """(codes per pack, bytes per pack): the smallest whole number of bytes holding a whole number of codes."""
-    span = math.lcm(bits, 8)
-    return span // bits, span // 8
+def _lanes(bits):
+    """Word-level layout of one "super-pack": the fewest codes that fill a whole number of uint32 words.
+
+    Returns (codes, words, lanes) with lanes[j] = (word, shift, spill): code j starts at bit ``shift`` of ``word``
+    and, when ``spill`` is set, its top bits continue at bit 0 of ``word + 1``.
+    """
+    span = math.lcm(bits, 32)
+    lanes = []
+    for j in range(span // bits):
+        off = j * bits
+        lanes.append((off >> 5, off & 31, (off & 31) + bits > 32))
+    return span // bits, span // 32, lanes
 
 
 def pack(codes, bits) -> np.ndarray:
@@ -54,46 +62,66 @@ def pack(codes, bits) -> np.ndarray:
     if c.ndim != 2:
         raise ValueError(f"pack: codes must be 2-D [out, in], got shape {c.shape}")
     out_f, in_f = c.shape
-    if (in_f * bits) % 32:
-        raise ValueError(f"pack: in_features={in_f} times bits={bits} is not a multiple of 32")
+    per, words, lanes = _lanes(bits)
+    if in_f % per:
+        raise ValueError(f"pack: in_features={in_f} is not a multiple of {per} ({bits}-bit codes fill whole "
+                         f"uint32 words every {per} codes)")
     if c.size and (c.min() < 0 or c.max() >= (1 << bits)):
         raise ValueError(f"pack: codes must lie in [0, {(1 << bits) - 1}] for bits={bits}, "
                          f"got range [{c.min()}, {c.max()}]")
-    per, nbytes = _pack_geometry(bits)
-    shifts = (np.arange(per, dtype=np.uint64) * np.uint64(bits))
-    byte_shifts = np.arange(nbytes, dtype=np.uint64) * np.uint64(8)
-    res = np.empty((out_f, in_f * bits // 32), dtype=np.uint32)
+    res = np.zeros((out_f, in_f * bits // 32), dtype=np.uint32)
     for r0 in range(0, out_f, _ROW_CHUNK):
-        blk = c[r0:r0 + _ROW_CHUNK].astype(np.uint64).reshape(-1, in_f // per, per)
-        v = np.bitwise_or.reduce(blk << shifts, axis=-1)                    # [rows, packs]
-        by = ((v[..., None] >> byte_shifts) & np.uint64(0xFF)).astype(np.uint8)  # [rows, packs, nbytes]
-        res[r0:r0 + _ROW_CHUNK] = by.reshape(blk.shape[0], -1).view("<u4")
+        _pack_into(res[r0:r0 + _ROW_CHUNK], c[r0:r0 + _ROW_CHUNK], bits)
     return res
+
+
+def _pack_into(out, codes, bits):
+    """out uint32 [rows, in*bits/32] (zeroed) |= packed codes [rows, in] (already range-checked)."""
+    per, words, lanes = _lanes(bits)
+    rows, in_f = codes.shape
+    blk = codes.reshape(rows, in_f // per, per).astype(np.uint32, copy=False)
+    o = out.reshape(rows, in_f // per, words)
+    for j, (w, sh, spill) in enumerate(lanes):
+        cj = blk[:, :, j]
+        o[:, :, w] |= cj << np.uint32(sh)
+        if spill:
+            o[:, :, w + 1] |= cj >> np.uint32(32 - sh)
+
+
+def _check_packed(p, bits, in_features, what):
+    if p.dtype != np.uint32:
+        raise ValueError(f"{what}: packed must be uint32, got {p.dtype}")
+    if p.ndim != 2:
+        raise ValueError(f"{what}: packed must be 2-D, got shape {p.shape}")
+    if (in_features * bits) % 32 or p.shape[1] != in_features * bits // 32:
+        raise ValueError(f"{what}: packed width {p.shape[1]} does not hold {in_features} codes of {bits} bits "
+                         f"(expected {in_features * bits / 32:g} words)")
+
+
+def _unpack_into(out, words_blk, bits, lanes, dtype):
+    """out [rows, packs, per] <- codes of words_blk [rows, packs, words], converted to dtype."""
+    mask = np.uint32((1 << bits) - 1)
+    for j, (w, sh, spill) in enumerate(lanes):
+        q = words_blk[:, :, w] >> np.uint32(sh)
+        if spill:
+            q |= words_blk[:, :, w + 1] << np.uint32(32 - sh)
+        if sh + bits < 32 or spill:
+            q &= mask
+        out[:, :, j] = q if dtype == np.uint32 else q.astype(dtype)
 
 
 def unpack(packed, bits, in_features) -> np.ndarray:
     """Inverse of ``pack``: ``uint32 [out, in*bits/32]`` -> ``uint32 codes [out, in_features]``."""
     check_bits_group(bits, what="unpack")
     p = np.asarray(packed)
-    if p.dtype != np.uint32:
-        raise ValueError(f"unpack: packed must be uint32, got {p.dtype}")
-    if p.ndim != 2:
-        raise ValueError(f"unpack: packed must be 2-D, got shape {p.shape}")
-    if (in_features * bits) % 32 or p.shape[1] != in_features * bits // 32:
-        raise ValueError(f"unpack: packed width {p.shape[1]} does not hold {in_features} codes of {bits} bits "
-                         f"(expected {in_features * bits / 32:g} words)")
-    per, nbytes = _pack_geometry(bits)
-    shifts = np.arange(per, dtype=np.uint64) * np.uint64(bits)
-    byte_shifts = np.arange(nbytes, dtype=np.uint64) * np.uint64(8)
-    mask = np.uint64((1 << bits) - 1)
+    _check_packed(p, bits, in_features, "unpack")
+    per, words, lanes = _lanes(bits)
     out_f = p.shape[0]
-    res = np.empty((out_f, in_features), dtype=np.uint32)
+    res = np.empty((out_f, in_features // per, per), dtype=np.uint32)
     for r0 in range(0, out_f, _ROW_CHUNK):
-        blk = np.ascontiguousarray(p[r0:r0 + _ROW_CHUNK]).astype("<u4", copy=False)
-        by = blk.view(np.uint8).reshape(blk.shape[0], -1, nbytes).astype(np.uint64)
-        v = np.bitwise_or.reduce(by << byte_shifts, axis=-1)                 # [rows, packs]
-        res[r0:r0 + _ROW_CHUNK] = ((v[..., None] >> shifts) & mask).reshape(blk.shape[0], in_features)
-    return res
+        blk = p[r0:r0 + _ROW_CHUNK].reshape(-1, in_features // per, words)
+        _unpack_into(res[r0:r0 + _ROW_CHUNK], blk, bits, lanes, np.uint32)
+    return res.reshape(out_f, in_features)
 
 
 def _as_f32(a, what) -> np.ndarray:
@@ -129,12 +157,14 @@ def quantize(w, bits=4, group_size=64, scale_dtype="bf16"):
     n_bins = np.float32((1 << bits) - 1)
     eps = np.float32(1e-7)
     ng = in_f // group_size
-    codes = np.empty((out_f, in_f), dtype=np.uint32)
+    packed = np.zeros((out_f, in_f * bits // 32), dtype=np.uint32)
     scales = np.empty((out_f, ng), dtype=_SCALE_DTYPES[scale_dtype])
     biases = np.empty((out_f, ng), dtype=_SCALE_DTYPES[scale_dtype])
     with np.errstate(invalid="ignore", divide="ignore"):
         for r0 in range(0, out_f, _ROW_CHUNK):
-            g = _as_f32(w[r0:r0 + _ROW_CHUNK], "quantize").reshape(-1, ng, group_size)
+            rows = w[r0:r0 + _ROW_CHUNK]
+            g = bf16.to_f32(rows) if rows.dtype == np.uint16 else rows.astype(np.float32, copy=True)
+            g = g.reshape(-1, ng, group_size)                      # a private float32 copy, modified in place
             w_max = g.max(axis=-1)
             w_min = g.min(axis=-1)
             use_min = np.abs(w_min) > np.abs(w_max)
@@ -145,12 +175,14 @@ def quantize(w, bits=4, group_size=64, scale_dtype="bf16"):
             nz = q0 != 0
             scale = np.where(nz, edge / np.where(nz, q0, np.float32(1)), scale).astype(np.float32)
             bias = np.where(nz, edge, np.float32(0)).astype(np.float32)
-            q = np.rint((g - bias[..., None]) / scale[..., None])
-            q = np.clip(q, 0, n_bins)
-            codes[r0:r0 + _ROW_CHUNK] = q.reshape(-1, in_f).astype(np.uint32)
+            g -= bias[..., None]
+            g /= scale[..., None]
+            np.rint(g, out=g)
+            np.clip(g, 0, n_bins, out=g)
+            _pack_into(packed[r0:r0 + _ROW_CHUNK], g.reshape(-1, in_f).astype(np.uint32), bits)
             scales[r0:r0 + _ROW_CHUNK] = cast(scale)
             biases[r0:r0 + _ROW_CHUNK] = cast(bias)
-    return pack(codes, bits), scales, biases
+    return packed, scales, biases
 
 
 def dequantize(packed, scales, biases, bits, group_size) -> np.ndarray:
@@ -159,6 +191,8 @@ def dequantize(packed, scales, biases, bits, group_size) -> np.ndarray:
     s = _as_f32(scales, "dequantize scales")
     b = _as_f32(biases, "dequantize biases")
     p = np.asarray(packed)
+    if p.dtype != np.uint32:
+        raise ValueError(f"dequantize: packed must be uint32, got {p.dtype}")
     if s.shape != b.shape or s.ndim != 2 or p.ndim != 2 or s.shape[0] != p.shape[0]:
         raise ValueError(f"dequantize: shapes disagree: packed {p.shape}, scales {s.shape}, biases {b.shape}")
     out_f, ng = s.shape
@@ -166,12 +200,16 @@ def dequantize(packed, scales, biases, bits, group_size) -> np.ndarray:
     if p.shape[1] * 32 != in_f * bits:
         raise ValueError(f"dequantize: packed width {p.shape[1]} words does not match {in_f} inputs at {bits} bits "
                          f"(expected {in_f * bits // 32})")
-    res = np.empty((out_f, in_f), dtype=np.float32)
+    per, words, lanes = _lanes(bits)
+    res = np.empty((out_f, in_f // per, per), dtype=np.float32)
     for r0 in range(0, out_f, _ROW_CHUNK):
-        q = unpack(p[r0:r0 + _ROW_CHUNK], bits, in_f).astype(np.float32).reshape(-1, ng, group_size)
-        v = q * s[r0:r0 + _ROW_CHUNK, :, None]
+        blk = p[r0:r0 + _ROW_CHUNK].reshape(-1, in_f // per, words)
+        out = res[r0:r0 + _ROW_CHUNK]
+        _unpack_into(out, blk, bits, lanes, np.float32)
+        v = out.reshape(out.shape[0], ng, group_size)  # a group is a whole number of super-packs
+        v *= s[r0:r0 + _ROW_CHUNK, :, None]
         v += b[r0:r0 + _ROW_CHUNK, :, None]
-        res[r0:r0 + _ROW_CHUNK] = v.reshape(-1, in_f)
+    res = res.reshape(out_f, in_f)
     return res
 
 
