@@ -80,6 +80,7 @@ def test_mixed_spec_and_shards(hf_ckpt, tmp_path):
     res = _run(["quantize", str(src), str(dst), "--bits", "2", "--group-size", "32", "--mixed", spec,
                 "--shard-gb", "0.00004"])
     assert res.exit_code == 0, res.output
+    assert "warning" not in res.output
     assert (dst / "model.safetensors.index.json").is_file()
     assert len(list(dst.glob("model-*-of-*.safetensors"))) > 1
     ck = load_checkpoint(dst)
@@ -132,3 +133,10 @@ def test_info_command(hf_ckpt, tmp_path):
     assert "4-bit g64: 16 modules; 8-bit g64: lm_head" in res.output
     res = _run(["info", str(tmp_path / "nothing-here")])
     assert res.exit_code != 0 and "nothing-here" in res.output
+
+
+def test_mixed_pattern_matching_nothing_warns(hf_ckpt, tmp_path):
+    src, _ = hf_ckpt
+    res = _run(["quantize", str(src), str(tmp_path / "o"), "--mixed", "model.layers.*.mlp.down_proj=8"])
+    assert res.exit_code == 0
+    assert "warning: --mixed pattern 'model.layers.*.mlp.down_proj' matches no module" in res.output
