@@ -308,8 +308,9 @@ def quantize_checkpoint(src, dst, bits=4, group_size=64, mixed: str | None = Non
     plan = plan_quantization(ck, bits, group_size, rules)
     for pat, _ in rules:
         if not any(fnmatchcase(name, pat) for name in plan):
-            log(f"warning: --mixed pattern {pat!r} matches no module of {src} (names look like "
-                f"'layers.0.mlp.down_proj', 'embed_tokens'{'' if ck.config.tie_word_embeddings else ", 'lm_head'"})")
+            examples = "'layers.0.mlp.down_proj', 'embed_tokens'" + ("" if ck.config.tie_word_embeddings
+                                                                      else ", 'lm_head'")
+            log(f"warning: --mixed pattern {pat!r} matches no module of {src} (names look like {examples})")
     sdt = "f16" if ck.dtype == "f16" else "bf16"
     sbytes = 2
 
