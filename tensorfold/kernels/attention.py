@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numba import cuda, float32, int32
 
-from tensorfold.kernels._device import bf16_to_f32, e4m3_to_f32, warp_max, warp_sum
+from tensorfold.kernels._device import IS_SIM, bf16_to_f32, e4m3_to_f32, warp_max, warp_sum
 
 CW = 64
 NT = 128
@@ -89,6 +89,11 @@ def _make_partials(load, QUANT):
         vsc = cuda.shared.array(CW, float32)
         kv = cuda.local.array(NPL, float32)
         acc = cuda.local.array(MAXG * NPT, float32)
+        if IS_SIM:
+            # the simulator's warp helpers allocate their shared buffer on first use without a lock: do that
+            # first use here, while the simulator is still starting threads one by one
+            warp_sum(float32(0.0))
+            warp_max(float32(0.0))
         slot = row_slot[r]
         if slot < 0:
             return
