@@ -179,15 +179,24 @@ def _valid_utf8(b: bytes) -> bool:
 
 
 @pytest.fixture(scope="session")
-def think_tok(qwen_dir, tmp_path_factory):
-    return Tokenizer.from_dir(_make_dir(tmp_path_factory.mktemp("think"), qwen_dir / "tokenizer.json",
+def tiny_json(tmp_path_factory):
+    """The tiny tokenizer.json (templates do not depend on the vocabulary; it loads in milliseconds)."""
+    path = tmp_path_factory.mktemp("tiny") / "tokenizer.json"
+    data = tb.build_tiny_tokenizer()
+    path.write_text(json.dumps(data))
+    return path, tb.tiny_special_ids(data)
+
+
+@pytest.fixture(scope="session")
+def think_tok(tiny_json, tmp_path_factory):
+    return Tokenizer.from_dir(_make_dir(tmp_path_factory.mktemp("think"), tiny_json[0],
                                         template=builtin_template("qwen3_5_think")))
 
 
 @pytest.fixture(scope="session")
-def nothink_tok(qwen_dir, tmp_path_factory):
+def nothink_tok(tiny_json, tmp_path_factory):
     d = tmp_path_factory.mktemp("nothink")
-    shutil.copy(qwen_dir / "tokenizer.json", d / "tokenizer.json")
+    shutil.copy(tiny_json[0], d / "tokenizer.json")
     (d / "chat_template.jinja").write_text(builtin_template("qwen3_5_nothink"))
     return Tokenizer.from_dir(d)
 
@@ -273,16 +282,18 @@ def test_template_errors_are_clear(think_tok, qwen):
 # --------------------------------------------------------------------------- stop ids and loading
 
 
-def test_stop_ids_sources(qwen_dir, tmp_path):
-    tj = qwen_dir / "tokenizer.json"
-    assert Tokenizer.from_dir(_make_dir(tmp_path / "a", tj, gen={"eos_token_id": [248046, 248044]})).stop_ids \
-        == (248046, 248044)
-    assert Tokenizer.from_dir(_make_dir(tmp_path / "b", tj, gen={"eos_token_id": 248046},
-                                        config={"eos_token_id": 1})).stop_ids == (248046,)
-    assert Tokenizer.from_dir(_make_dir(tmp_path / "c", tj, config={"text_config": {"eos_token_id": 248044}})) \
-        .stop_ids == (248044,)
+def test_stop_ids_sources(tiny_json, tmp_path):
+    tj, ids = tiny_json
+    end, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
+    assert Tokenizer.from_dir(_make_dir(tmp_path / "a", tj, gen={"eos_token_id": [end, eot]})).stop_ids \
+        == (end, eot)
+    assert Tokenizer.from_dir(_make_dir(tmp_path / "b", tj, gen={"eos_token_id": end},
+                                        config={"eos_token_id": 1})).stop_ids == (end,)
+    assert Tokenizer.from_dir(_make_dir(tmp_path / "c", tj, config={"text_config": {"eos_token_id": eot}})) \
+        .stop_ids == (eot,)
     assert Tokenizer.from_dir(_make_dir(tmp_path / "d", tj, tcfg={"eos_token": {"content": "<|im_end|>"}})) \
-        .stop_ids == (248046,)
+        .stop_ids == (end,)
+    assert Tokenizer.from_dir(_make_dir(tmp_path / "g", tj)).stop_ids == ()
     with pytest.raises(TokenizerError, match="eos_token_id"):
         Tokenizer.from_dir(_make_dir(tmp_path / "e", tj, gen={"eos_token_id": "x"}))
     with pytest.raises(TokenizerError, match="999999"):
