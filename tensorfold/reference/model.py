@@ -266,7 +266,8 @@ class ReferenceModel:
                 mix = self._attn(i, x, state, mode, positions, anc, extra)
             h = h + mix
             x = ops.rms_norm(h, self.w(pre + "post_attention_layernorm"), eps)
-            h = h + ops.mlp(x, self.w(pre + "mlp.gate_proj"), self.w(pre + "mlp.up_proj"), self.w(pre + "mlp.down_proj"))
+            h = h + ops.mlp(x, self.w(pre + "mlp.gate_proj"), self.w(pre + "mlp.up_proj"),
+                            self.w(pre + "mlp.down_proj"))
         if mode != "tree":
             state.pos += n
         return ops.rms_norm(h, self.w("norm"), eps)
@@ -276,7 +277,8 @@ class ReferenceModel:
         c = self.config
         pre = f"layers.{i}.linear_attn."
         n = x.shape[0]
-        Hk, Hv, Dk, Dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
+        Hk, Hv = c.linear_num_key_heads, c.linear_num_value_heads
+        Dk, Dv = c.linear_key_head_dim, c.linear_value_head_dim
         qkv = ops.linear(x, self.w(pre + "in_proj_qkv"))  # [n, conv_dim] raw, pre-conv
         z = ops.linear(x, self.w(pre + "in_proj_z")).reshape(n, Hv, Dv)
         b = ops.linear(x, self.w(pre + "in_proj_b"))  # [n, Hv]

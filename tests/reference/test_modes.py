@@ -127,8 +127,9 @@ def test_prompt_in_two_chunks_equals_one(models, split):
 PARENTS = [-1, 0, 1, 0, 3, -1, 2, 5]
 
 
-@pytest.mark.parametrize("batched,dtype,tol", [(False, np.float32, 0.0), (True, np.float64, 1e-10),
-                                                (True, np.float32, 2e-5)], ids=["rows-f32", "batched-f64", "batched-f32"])
+@pytest.mark.parametrize("batched,dtype,tol",
+                         [(False, np.float32, 0.0), (True, np.float64, 1e-10), (True, np.float32, 2e-5)],
+                         ids=["rows-f32", "batched-f64", "batched-f32"])
 def test_tree_rows_equal_steps_along_their_branch(models, batched, dtype, tol):
     """Default (row by row): bit-identical to steps; batched (ancestor masks): equal within tol."""
     spec, m64, m32 = models
