@@ -50,6 +50,7 @@ class Checkpoint:
     naming: str = ""                              # "hf-composite" | "hf-text" | "mlx" | "bare"
     dtype: str = ""                               # storage dtype of unquantized matrices / scales: bf16|f16|f32
     unused: tuple = ()                            # tensor names present in the files but not used
+    stored_dtypes: dict = field(default_factory=dict)  # internal name -> safetensors dtype of its main tensor
 
     @property
     def nbytes(self) -> int:
@@ -221,6 +222,7 @@ def load_checkpoint(path) -> Checkpoint:
         fmt = "mlx" if naming == "mlx" or any(k.endswith(".scales") for k in where) else "hf"
 
     tensors: dict = {}
+    stored: dict[str, str] = {}
     used: set[str] = set()
     dtypes = Counter()
 
@@ -233,6 +235,7 @@ def load_checkpoint(path) -> Checkpoint:
         sf, raw = where[wkey]
         shp, dt = sf.shape(raw), sf.dtype(raw)
         used.add(wkey)
+        stored[name] = dt
         skey, bkey = name + ".scales", name + ".biases"
         if skey in where:
             if bkey not in where:
@@ -290,6 +293,7 @@ def load_checkpoint(path) -> Checkpoint:
         sf, raw = where[key]
         shp, dt = sf.shape(raw), sf.dtype(raw)
         used.add(key)
+        stored[name] = dt
         if dt not in ("BF16", "F16", "F32"):
             raise CheckpointError(f"{sf.path}: tensor {raw!r} has dtype {dt}, expected BF16, F16 or F32")
         if name.endswith("conv1d"):
@@ -309,4 +313,4 @@ def load_checkpoint(path) -> Checkpoint:
                           and not (cfg.tie_word_embeddings and k.startswith("lm_head."))))
     dtype = {"BF16": "bf16", "F16": "f16", "F32": "f32"}[dtypes.most_common(1)[0][0]] if dtypes else ""
     return Checkpoint(config=cfg, path=d, format=fmt, tensors=tensors, files=tuple(files), naming=naming,
-                      dtype=dtype, unused=unused)
+                      dtype=dtype, unused=unused, stored_dtypes=stored)

@@ -320,6 +320,9 @@ def quantize_checkpoint(src, dst, bits=4, group_size=64, mixed: str | None = Non
                                                                       else ", 'lm_head'")
             log(f"warning: --mixed pattern {pat!r} matches no module of {src} (names look like {examples})")
     sdt = "f16" if ck.dtype == "f16" else "bf16"
+
+    def to_half(a):  # vectors in the model dtype, as mlx-lm casts them
+        return np.asarray(a, dtype=np.float16) if sdt == "f16" else bf16.from_f32(a)
     sbytes = 2
 
     # output size per tensor, to cut shards before producing any data
@@ -351,13 +354,15 @@ def quantize_checkpoint(src, dst, bits=4, group_size=64, mixed: str | None = Non
             p, s, b = quantize(w.data, bg[0], bg[1], scale_dtype=sdt)
             return {base + ".weight": p, base + ".scales": s, base + ".biases": b}
         if name.endswith("conv1d"):
-            return {base + ".weight": bf16.from_f32(w)[:, :, None]}  # MLX layout [C, K, 1]
+            return {base + ".weight": to_half(w)[:, :, None]}  # MLX layout [C, K, 1]
         if name.endswith("A_log"):
-            return {base: np.asarray(w, dtype=np.float32)}  # float32: lossless for F32 and BF16 sources
+            # mlx-lm keeps A_log's source dtype (F32 in Qwen3.5, BF16 in Qwen3.6); everything else goes to bf16
+            src_dt = ck.stored_dtypes.get(name, "F32")
+            return {base: np.asarray(w, dtype=np.float32) if src_dt == "F32" else to_half(w)}
         if name.endswith("dt_bias"):
-            return {base: bf16.from_f32(w)}
-        # norms: the loader returned multipliers (1+w for HF sources); MLX stores them baked, in bf16
-        return {base + ".weight": bf16.from_f32(w)}
+            return {base: to_half(w)}
+        # norms: the loader returned multipliers (1+w for HF sources); MLX stores them baked, in the model dtype
+        return {base + ".weight": to_half(w)}
 
     dst.mkdir(parents=True, exist_ok=True)
     n = len(shards)
