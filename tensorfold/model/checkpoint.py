@@ -131,7 +131,8 @@ def _naming_scheme(names) -> str:
     return c.most_common(1)[0][0] if c else "bare"
 
 
-def _list_files(d: Path) -> list[Path]:
+def _list_files(d: Path) -> tuple[list[Path], dict | None]:
+    """The safetensors files to read and, for sharded checkpoints, the index's tensor -> shard map."""
     idx = d / INDEX_FILE
     if idx.is_file():
         try:
@@ -147,13 +148,13 @@ def _list_files(d: Path) -> list[Path]:
             if not p.is_file():
                 raise CheckpointError(f"{idx}: shard {shard!r} is listed in the index but {p} does not exist")
             files.append(p)
-        return files
+        return files, wm
     if (d / SINGLE_FILE).is_file():
-        return [d / SINGLE_FILE]
+        return [d / SINGLE_FILE], None
     files = sorted(d.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{d}: no {SINGLE_FILE}, no {INDEX_FILE} and no *.safetensors files")
-    return files
+    return files, None
 
 
 def _to_f32(a: np.ndarray, dt: str) -> np.ndarray:
@@ -170,10 +171,16 @@ def load_checkpoint(path) -> Checkpoint:
     if not d.is_dir():
         raise CheckpointError(f"{d}: not a model directory")
     cfg = load_config(d)
-    files = _list_files(d)
+    files, index = _list_files(d)
 
     # name -> (file object, raw name); duplicates after mapping are an error
     opened = [SafetensorsFile(f) for f in files]
+    if index is not None:
+        by_name = {sf.path.name: sf for sf in opened}
+        for raw, shard in index.items():
+            if raw not in by_name[shard]:
+                raise CheckpointError(f"{d / INDEX_FILE}: lists tensor {raw!r} in {shard!r}, but {by_name[shard].path} "
+                                      f"has no such tensor")
     where: dict[str, tuple[SafetensorsFile, str]] = {}
     raw_names = []
     for sf in opened:

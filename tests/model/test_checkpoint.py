@@ -226,3 +226,16 @@ def test_mixed_conv_layouts_rejected(tmp_path):
     write_checkpoint(tmp_path, cfg, rename(t, "hf-text"))
     with pytest.raises(CheckpointError, match=r"layers\.1\.linear_attn\.conv1d\.weight'.*mlx conv layout"):
         load_checkpoint(tmp_path)
+
+
+def test_index_names_a_tensor_its_shard_lacks(tmp_path):
+    cfg, t = _good(tmp_path)
+    write_checkpoint(tmp_path, cfg, rename(t, "hf-text"), shards=2)
+    idx = tmp_path / "model.safetensors.index.json"
+    data = json.loads(idx.read_text())
+    name = "model.norm.weight"
+    other = {v for v in data["weight_map"].values() if v != data["weight_map"][name]}.pop()
+    data["weight_map"][name] = other
+    idx.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match=r"lists tensor 'model\.norm\.weight' in 'model-0000\d-of-00002"):
+        load_checkpoint(tmp_path)
