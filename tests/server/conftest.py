@@ -87,11 +87,13 @@ def uses_default_model() -> bool:
     return DEFAULT_MODEL.is_file()
 
 
-def build_engine(parallel: int = 4, context: int = 256):
+def build_engine(parallel: int = 4, context: int = 256, toy: bool = False):
+    """The embedded default model on the cpu backend; `toy` (or no default model yet): the toy LM with the tiny
+    tokenizer and the Qwen3.5 *thinking* template."""
     _ensure_sampler()
     from tensorfold.engine import Engine
 
-    if uses_default_model():
+    if uses_default_model() and not toy:
         return Engine.from_model(None, backend="cpu", parallel=parallel, context=context)
     from tokenizers import Tokenizer as HFTokenizer
 

@@ -141,15 +141,55 @@ def test_no_seed_rerun_repeats_and_seed_changes_output(client, rng):
     assert len(shas) > 1, "different seeds at temperature 1 all gave the same tokens"
 
 
-def test_reasoning_content_split_with_thinking_template(client, rng):
-    r = client.chat.completions.create(model=model_id(client), messages=[{"role": "user",
-                                                                          "content": rand_text(rng, 4)}],
-                                       max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
-    msg = r.choices[0].message
-    # the thinking template opens <think> in the prompt: without a </think> the whole reply is reasoning
-    rc = msg.model_extra.get("reasoning_content")
-    assert rc is not None
-    assert "<think>" not in (msg.content or "") and "</think>" not in (msg.content or "")
+def _split_oracle(text, opens):
+    if not opens:
+        t = text.lstrip()
+        if not t.startswith("<think>"):
+            return None, text
+        text = t[len("<think>"):]
+    k = text.find("</think>")
+    if k < 0:
+        return text.lstrip("\n"), ""
+    return text[:k].lstrip("\n"), text[k + len("</think>"):].lstrip("\n")
+
+
+def check_reasoning_split(url, rng, kwargs):
+    """The chat reply equals the raw completion of the same rendered prompt, split at <think>...</think>."""
+    c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    model = c.models.list().data[0].id
+    msgs = [{"role": "user", "content": rand_text(rng, 4)}]
+    ids = requests.post(url + "/tokenize", json={"messages": msgs, "chat_template_kwargs": kwargs}).json()["tokens"]
+    prompt = requests.post(url + "/detokenize", json={"tokens": ids}).json()["prompt"]
+    opens = prompt.rstrip().endswith("<think>")
+    raw = c.completions.create(model=model, prompt=ids, max_tokens=8, temperature=0,
+                               extra_body={"ignore_eos": True}).choices[0].text
+    want_r, want_c = _split_oracle(raw, opens)
+    kw = dict(model=model, messages=msgs, max_tokens=8, temperature=0,
+              extra_body={"ignore_eos": True, "chat_template_kwargs": kwargs})
+    msg = c.chat.completions.create(**kw).choices[0].message
+    assert (msg.content or "") == want_c
+    assert msg.model_extra.get("reasoning_content") == want_r
+    chunks = list(c.chat.completions.create(stream=True, **kw))
+    deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+    assert "".join(d.content or "" for d in deltas) == want_c
+    assert "".join(d.model_extra.get("reasoning_content") or "" for d in deltas) == (want_r or "")
+    return opens
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"enable_thinking": False}, {"enable_thinking": True}])
+def test_reasoning_split_matches_raw_completion(served, rng, kwargs):
+    check_reasoning_split(served.url, rng, kwargs)
+
+
+def test_reasoning_split_with_a_thinking_template(rng):
+    from conftest import ServerThread, build_engine
+
+    st = ServerThread(lambda: build_engine(parallel=2, context=128, toy=True)).wait_loaded()
+    try:
+        assert check_reasoning_split(st.url, rng, {}) is True             # the prompt opens <think>
+        assert check_reasoning_split(st.url, rng, {"enable_thinking": False}) is False
+    finally:
+        st.stop()
 
 
 def test_health_and_metrics(served, client, rng):
