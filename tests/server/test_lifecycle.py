@@ -85,12 +85,14 @@ def test_non_stream_disconnect_cancels(served):
     port = int(served.url.rsplit(":", 1)[1])
     before = _aborted(served)
     n = 6
-    for _ in range(n):
+    for k in range(n):
+        wait_for(lambda: _aborted(served) >= before + k, what=f"abort {k}")
         body = json.dumps({"prompt": rand_text(random.Random(), 3), "max_tokens": 200, "ignore_eos": True}).encode()
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        wait_for(lambda: served.server.bridge.stats()["running"] >= 1, what="the request to run")
+        wait_for(lambda: served.server.bridge.active == 1 and served.server.bridge.stats()["running"] >= 1,
+                 what="the request to run")
         s.close()
         wait_for(lambda: served.server.bridge.active == 0, what="the request to be released")
     wait_for(lambda: _aborted(served) >= before + n, what=f"{n} engine aborts after non-stream disconnects",
