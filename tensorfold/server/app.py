@@ -215,10 +215,10 @@ class Server:
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
-    def _render_chat(self, messages, kwargs) -> tuple[list[int], bool]:
+    def _render_chat(self, messages, kwargs, add_generation_prompt: bool = True) -> tuple[list[int], bool]:
         tok = self.tokenizer
         try:
-            out = tok.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+            out = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **kwargs)
         except TypeError as e:
             raise P.bad(f"chat template: {e}", "chat_template_kwargs") from None
         except Exception as e:  # noqa: BLE001 - template errors (jinja raise_exception) are the request's fault
@@ -511,7 +511,8 @@ class Server:
         if "messages" in body:
             messages = P.check_messages(body)
             tkw = P.check_template_kwargs(body)
-            ids, _ = await self._in_thread(self._render_chat, messages, tkw)
+            agp = P.get_bool(body, "add_generation_prompt", True)
+            ids, _ = await self._in_thread(self._render_chat, messages, tkw, agp)
         else:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):

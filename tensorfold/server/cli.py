@@ -37,19 +37,14 @@ def engine_factory(model, backend, parallel, context, kv_cache):
 
 
 def describe_engine(engine, kv_cache: str) -> str:
-    """Weight format and cache format, from whatever the engine exposes."""
-    wf = getattr(engine, "weight_format", None)
+    """Weight format, cache format and backend, from what the engine exposes (`engine.info`, configs)."""
+    info = getattr(engine, "info", None) or {}
+    wf = info.get("weights") or getattr(engine, "weight_format", None)
     if wf is None:
-        cfg = getattr(engine, "config", None)
-        q = getattr(cfg, "quantization", None) if cfg is not None else None
-        if q is not None:
-            wf = f"mlx affine {getattr(q, 'bits', '?')}-bit g{getattr(q, 'group_size', '?')}"
-        elif cfg is not None:
-            wf = "bf16"
-        else:
-            wf = "unknown"
-    cache = getattr(engine, "kv_cache", None) or kv_cache
-    backend = getattr(engine, "backend_name", None) or getattr(getattr(engine, "backend", None), "name", None)
+        q = getattr(getattr(engine, "model_config", None), "quantization", None)
+        wf = f"affine {q.bits}-bit g{q.group_size}" if q is not None else "unknown"
+    cache = info.get("kv_cache") or getattr(getattr(engine, "config", None), "kv_cache", None) or kv_cache
+    backend = info.get("backend") or getattr(getattr(engine, "backend", None), "name", None)
     out = f"weights {wf}, kv cache {cache}"
     if isinstance(backend, str):
         out += f", backend {backend}"

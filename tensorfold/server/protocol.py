@@ -151,7 +151,7 @@ class GenRequest:
     top_p: float
     top_k: int
     min_p: float
-    seed: int
+    seed: int                          # as the sampler uses it (reported in the engine block)
     seed_given: bool
     stop: list[str]
     stream: bool
@@ -313,9 +313,14 @@ def check_stop(body: dict) -> list[str]:
 
 
 def derive_seed(prompt_ids: list[int]) -> int:
-    """The seed of a request without one: a hash of its prompt, so that a rerun repeats."""
-    h = hashlib.sha256(b"tensorfold-seed:" + ",".join(map(str, prompt_ids)).encode()).digest()
-    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+    """The seed of a request without one: the engine's hash of its prompt (`tensorfold.sampling.derive_seed`),
+    so that a rerun repeats and equals `tensorfold generate` on the same prompt."""
+    try:
+        from tensorfold.sampling import derive_seed as _derive
+    except ImportError:  # pragma: no cover - the sampling module is part of the package
+        h = hashlib.sha256(",".join(map(str, prompt_ids)).encode()).digest()
+        return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+    return _derive(prompt_ids)
 
 
 def sampling_fields(body: dict, defaults: ServeDefaults) -> dict:
@@ -383,10 +388,8 @@ def finish_request(kind: str, model: str, prompt_ids: list[int], f: dict, defaul
             raise context_error(defaults.context, p, mt, where)
     seed = f["seed"]
     seed_given = seed is not None
-    if seed is None:
-        seed = derive_seed(prompt_ids)
-    else:
-        seed = seed % (1 << 63)
+    # the seed the sampler uses: the given one reduced to [0, 2**63) (as SamplingParams.resolve_seed), or derived
+    seed = seed % (1 << 63) if seed_given else derive_seed(prompt_ids)
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
     return GenRequest(kind=kind, id=rid, created=int(time.time()), model=model, prompt_ids=list(prompt_ids),
                       max_tokens=int(mt), temperature=f["temperature"], top_p=f["top_p"], top_k=f["top_k"],
@@ -400,8 +403,8 @@ def make_sampling_params(req: GenRequest):
     from tensorfold.sampling import SamplingParams
 
     want = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
-            "seed": req.seed, "max_tokens": req.max_tokens, "ignore_eos": req.ignore_eos, "draft": req.draft,
-            "stop": tuple(req.stop)}
+            "seed": req.seed if req.seed_given else None, "max_tokens": req.max_tokens,
+            "ignore_eos": req.ignore_eos, "draft": req.draft, "stop": tuple(req.stop)}
     if dataclasses.is_dataclass(SamplingParams):
         names = {f.name for f in dataclasses.fields(SamplingParams)}
     else:
