@@ -171,3 +171,64 @@ def test_chunked_vs_reference(L):
     assert not np.isnan(oh).any()
     np.testing.assert_allclose(oh, O_ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(st.copy_to_host()[slot], S_ref, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# causal conv + conv/KV compaction
+# ----------------------------------------------------------------------------------------------------------------
+
+CC = 24  # conv channels for the conv tests
+
+
+def test_conv_window_tree_and_commit():
+    rng = _rng(20)
+    slots = 2
+    w = rng.standard_normal((CC, K)).astype(np.float32)
+    tail = rng.standard_normal((slots, K - 1, CC)).astype(np.float32)
+    # stream 1: tree of 6 rows; stream 0: window of 2 rows; one padding row
+    parents = [-1, 0, 0, 2, 3, -1, -1, 6, -1]
+    row_slot = [1, 1, 1, 1, 1, 1, 0, 0, -1]
+    R = len(parents)
+    x = rng.standard_normal((R, CC)).astype(np.float32)
+    y = cuda.to_device(np.full((R, CC), np.nan, np.float32))
+    xlog = cuda.to_device(np.zeros((R, CC), np.float32))
+    dtail = cuda.to_device(tail.copy())
+    conv.launch_conv(cuda.to_device(x), cuda.to_device(w), dtail, _i32(row_slot), _i32(parents), y, xlog, blocks=2,
+                     threads=64)
+    yh = y.copy_to_host()
+    np.testing.assert_array_equal(dtail.copy_to_host(), tail)  # committed tail untouched
+    y_tree, tails = ops.causal_conv_tree(x[:6], w, tail[1], parents[:6])
+    np.testing.assert_allclose(yh[:6], y_tree, rtol=1e-5, atol=1e-6)
+    y_win, tail0 = ops.causal_conv(x[6:8], w, tail[0])
+    np.testing.assert_allclose(yh[6:8], y_win, rtol=1e-5, atol=1e-6)
+    assert np.isnan(yh[8]).all()
+    np.testing.assert_array_equal(xlog.copy_to_host()[:8], x[:8])
+    # commit leaf 4 of stream 1 (path 0, 2, 3, 4) and leaf 7 of stream 0: tails equal the stepped tails exactly
+    compact.launch_conv_commit(dtail.reshape(1, slots, K - 1, CC),
+                               cuda.to_device(x[None].copy()), _i32(parents), _i32([1, 0]), _i32([4, 7]), blocks=1)
+    th = dtail.copy_to_host()
+    np.testing.assert_array_equal(th[1], tails[4])
+    np.testing.assert_array_equal(th[0], tail0)
+
+
+def test_kv_compact_moves_kept_path():
+    rng = _rng(21)
+    NL, slots, ctx, nkv, hd = 2, 2, 12, 2, 8
+    parents = [-1, 0, 0, 2, -1]
+    cache_idx = [5, 6, 7, 8, 3]  # stream 1 tree at positions 5..8; stream 0 row at 3 (already in place)
+    for dt in (np.uint16, np.uint8):
+        k = rng.integers(0, 200, (NL, slots, ctx, nkv, hd)).astype(dt)
+        v = rng.integers(0, 200, (NL, slots, ctx, nkv, hd)).astype(dt)
+        ks = rng.standard_normal((NL, slots, ctx, nkv)).astype(np.float32)
+        vs = rng.standard_normal((NL, slots, ctx, nkv)).astype(np.float32)
+        dk, dv, dks, dvs = (cuda.to_device(a.copy()) for a in (k, v, ks, vs))
+        compact.launch_kv_compact(dk, dv, dks, dvs, _i32(parents), _i32(cache_idx), _i32([1, 0]), _i32([3, 4]),
+                                  _i32([5, 3]))
+        ek, ev, eks, evs = k.copy(), v.copy(), ks.copy(), vs.copy()
+        for dst, src in zip((5, 6, 7), (5, 7, 8)):  # path 0 -> 2 -> 3
+            for a, b in ((ek, k), (ev, v), (eks, ks), (evs, vs)):
+                a[:, 1, dst] = b[:, 1, src]
+        np.testing.assert_array_equal(dk.copy_to_host(), ek)
+        np.testing.assert_array_equal(dv.copy_to_host(), ev)
+        np.testing.assert_array_equal(dks.copy_to_host(), eks)
+        np.testing.assert_array_equal(dvs.copy_to_host(), evs)
