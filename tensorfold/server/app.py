@@ -125,6 +125,9 @@ class Server:
     async def shutdown(self, grace: float = 10.0) -> None:
         """Stop accepting, cancel what runs (their clients get a clean end), stop the engine thread."""
         self.draining = True
+        if self.runner is not None:
+            for site in list(self.runner.sites):   # close the listening sockets; open connections get 503s
+                await site.stop()
         self.bridge.cancel_all()
         t = time.monotonic()
         while self.bridge.active and time.monotonic() - t < grace:

@@ -497,7 +497,7 @@ class ReasoningSplitter:
     """Splits a chat reply into (reasoning_content, content) at `<think>...</think>`, incrementally.
 
     Starts inside the reasoning when the rendered prompt already opened `<think>`; otherwise the reply enters
-    it only when it begins with `<think>` itself. Text after `</think>` is content (leading newlines dropped).
+    it only when its very first characters are `<think>` (nothing is held back once they cannot be). Text after `</think>` is content (leading newlines dropped).
     """
 
     def __init__(self, starts_in_reasoning: bool):
@@ -511,7 +511,7 @@ class ReasoningSplitter:
         r = c = ""
         while True:
             if self.state == "start":
-                b = self._buf.lstrip()
+                b = self._buf
                 if b.startswith(THINK_OPEN):
                     self._buf = b[len(THINK_OPEN):]
                     self.state = "reasoning"

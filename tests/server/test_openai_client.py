@@ -151,10 +151,9 @@ def test_no_seed_rerun_repeats_and_seed_changes_output(client, rng):
 
 def _split_oracle(text, opens):
     if not opens:
-        t = text.lstrip()
-        if not t.startswith("<think>"):
+        if not text.startswith("<think>"):
             return None, text
-        text = t[len("<think>"):]
+        text = text[len("<think>"):]
     k = text.find("</think>")
     if k < 0:
         return text.lstrip("\n"), ""

@@ -61,10 +61,9 @@ def test_stop_matcher_random():
 
 def split_oracle(text, opens):
     if not opens:
-        t = text.lstrip()
-        if not t.startswith("<think>"):
+        if not text.startswith("<think>"):
             return None, text
-        text = t[len("<think>"):]
+        text = text[len("<think>"):]
     i = text.find("</think>")
     if i < 0:
         return text.lstrip("\n"), ""
