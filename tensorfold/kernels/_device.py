@@ -21,7 +21,9 @@ What lives here
 - ``ldg_u32x4(arr, i) -> (u0, u1, u2, u3)``: one 16-byte ``ld.global.nc.v4.u32`` of ``arr[i:i+4]`` (arr a 1-d
   uint32 device array; ``i`` a multiple of 4 and the array's base 16-byte aligned: device allocations are 256-byte
   aligned, so row starts of C-contiguous arrays whose row length in words is a multiple of 4 qualify).
-  ``ldg_u32x4_2d(arr, r, i)`` does the same on a row of a 2-d C-contiguous array. Simulator: four plain loads.
+  ``ldg_u32x4_2d(arr, r, i)`` does the same on a row of a 2-d C-contiguous array; ``ldg_f32x4_2d(arr, r, i)``
+  the same for float32 (``ld.global.nc`` is only for data no thread of the same launch writes). Simulator: four
+  plain loads.
 
 Reference mirrored: ``tensorfold.model.bf16`` (bf16), ``tensorfold.reference.kv8`` (e4m3).
 No launch geometry of its own (device functions only).
@@ -50,6 +52,7 @@ __all__ = [
     "e4m3_to_f32",
     "ldg_u32x4",
     "ldg_u32x4_2d",
+    "ldg_f32x4_2d",
     "COMPILE_SPECS",
     "HOT",
 ]
@@ -76,6 +79,67 @@ else:
 
     def devfn(fn):
         return cuda.jit(device=True, forceinline=True)(fn)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# compile-time fix: numba-cuda 0.30.4's Lower._find_singly_assigned_variable is O(variables x block length) (it
+# rescans the whole block for every variable); our generated, fully unrolled GEMV kernels have thousands of
+# variables in one block, which made one kernel take 20 s to 260 s to lower. This is the same computation in one
+# pass over each block (same result set), installed once when the real compiler is in use.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _install_fast_singly_assigned():
+    try:
+        from collections import defaultdict
+
+        from numba.cuda import lowering as _low
+        from numba.cuda.core import ir as _ir
+        from numba.cuda.core.analysis import compute_use_defs, must_use_alloca
+    except Exception:  # pragma: no cover - other numba-cuda layouts: keep theirs
+        return False
+    Lower = getattr(_low, "Lower", None)
+    if Lower is None or not hasattr(Lower, "_find_singly_assigned_variable"):
+        return False
+    if getattr(Lower, "_tf_fast_sav", False):
+        return True
+
+    def _find_singly_assigned_variable(self):
+        func_ir = self.func_ir
+        blocks = func_ir.blocks
+        sav = set()
+        if not func_ir.func_id.is_generator:
+            use_defs = compute_use_defs(blocks)
+            alloca_vars = must_use_alloca(blocks)
+            var_assign_map = defaultdict(set)
+            for blk, vl in use_defs.defmap.items():
+                for var in vl:
+                    var_assign_map[var].add(blk)
+            var_use_map = defaultdict(set)
+            for blk, vl in use_defs.usemap.items():
+                for var in vl:
+                    var_use_map[var].add(blk)
+            counts: dict = {}
+            for label, block in self.blocks.items():
+                for stmt in block.find_insts(_ir.assign_types):
+                    key = (label, stmt.target.name)
+                    counts[key] = counts.get(key, 0) + 1
+            for var in var_assign_map:
+                if var not in alloca_vars and len(var_assign_map[var]) == 1:
+                    if len(var_use_map[var]) == 0:
+                        [defblk] = var_assign_map[var]
+                        if counts.get((defblk, var), 0) == 1:
+                            sav.add(var)
+        self._singly_assigned_vars = sav
+        self._blk_local_varmap = {}
+
+    Lower._find_singly_assigned_variable = _find_singly_assigned_variable
+    Lower._tf_fast_sav = True
+    return True
+
+
+if not IS_SIM:
+    _install_fast_singly_assigned()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -304,7 +368,37 @@ if not IS_SIM:
 
         return sig, codegen
 
+    @intrinsic
+    def ldg_f32x4_2d(typingctx, arr, r, i):
+        """16-byte ``ld.global.nc.v4.f32`` of ``arr[r, i:i+4]`` (float32 2-d C-contiguous, 16-byte aligned)."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+            return None
+        if not (isinstance(r, types.Integer) and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(types.float32, 4)(arr, r, i)
+
+        def codegen(context, builder, sig, args):
+            arrty, rty, ity = sig.args
+            arr, rr, idx = args
+            rr = context.cast(builder, rr, rty, types.intp)
+            idx = context.cast(builder, idx, ity, types.intp)
+            ary = context.make_array(arrty)(context, builder, value=arr)
+            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [rr, idx], wraparound=False)
+            f32 = ir.FloatType()
+            st = ir.LiteralStructType([f32, f32, f32, f32])
+            asm = ir.InlineAsm(ir.FunctionType(st, [ptr.type]), "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];",
+                               "=f,=f,=f,=f,l")
+            res = builder.call(asm, [ptr])
+            vals = [builder.extract_value(res, k) for k in range(4)]
+            return context.make_tuple(builder, types.UniTuple(types.float32, 4), vals)
+
+        return sig, codegen
+
 else:
+
+    @cuda.jit(device=True)
+    def ldg_f32x4_2d(arr, r, i):
+        return (arr[r, i], arr[r, i + 1], arr[r, i + 2], arr[r, i + 3])
 
     @cuda.jit(device=True)
     def ldg_u32x4(arr, i):
