@@ -278,6 +278,8 @@ class Server:
             raise P.bad(str(e)) from None
         try:
             h = await self.bridge.submit(req.id, req.prompt_ids, params)   # context errors raise here
+        except EngineFault as e:
+            raise P.ApiError(500, str(e)) from None
         except (TypeError, ValueError) as e:
             if type(e).__name__ == "ContextLengthError":
                 raise P.ApiError(400, str(e), param="messages" if req.kind == "chat" else "prompt",
@@ -480,6 +482,9 @@ class Server:
         if not self._loaded():
             msg = f"model failed to load: {self.bridge.load_error}" if self.bridge.load_error else "Loading model"
             return json_response({"error": {"code": 503, "message": msg, "type": "unavailable_error"}}, status=503)
+        if self.bridge.dead is not None:
+            return json_response({"error": {"code": 503, "message": f"engine thread died: {self.bridge.dead}",
+                                            "type": "unavailable_error"}}, status=503)
         running, waiting = self._counts()
         return json_response({"status": "ok", "model": self.defaults.model_names[0], "running": running,
                               "waiting": waiting, "active": self.bridge.active, "context": self.defaults.context,

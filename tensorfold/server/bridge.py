@@ -55,6 +55,7 @@ class EngineBridge:
         self._thread: threading.Thread | None = None
         self.aborted = 0
         self.faults = 0
+        self.dead: str | None = None            # set when the engine thread itself failed
         self.steps = 0
 
     # ---------------------------------------------------------------- lifecycle
@@ -79,6 +80,8 @@ class EngineBridge:
     # ---------------------------------------------------------------- loop-side API
     async def submit(self, request_id: str, prompt_ids: list[int], params) -> Handle:
         """Queue add_request on the engine thread and wait until it accepted (or raised)."""
+        if self.dead is not None:
+            raise EngineFault(f"engine thread died: {self.dead}")
         loop = asyncio.get_running_loop()
         h = Handle(request_id, loop)
         fut = loop.create_future()
@@ -145,7 +148,20 @@ class EngineBridge:
             return
         self.load_seconds = time.perf_counter() - t0
         self.ready.set()
-        eng = self.engine
+        try:
+            self._loop(self.engine)
+        except BaseException as e:  # noqa: BLE001 - a bug here must not leave requests waiting forever
+            self.dead = f"{type(e).__name__}: {e}"
+            log.critical("engine thread died:\n%s", traceback.format_exc())
+            fault = EngineFault(f"engine thread died: {self.dead}")
+            for h in list(self._by_rid.values()):
+                self._deliver(h, fault)
+            with self._cv:
+                adds, self._adds = self._adds, []
+            for h, fut, _ids, _params in adds:
+                h.loop.call_soon_threadsafe(self._resolve, fut, fault)
+
+    def _loop(self, eng) -> None:
         stop_cancelled = False
         while True:
             with self._cv:

@@ -164,3 +164,37 @@ def test_engine_fault_is_500_and_next_request_is_served():
         assert requests.get(st.url + "/health").json()["engine_faults"] == 2
     finally:
         st.stop()
+
+
+class DyingEngine(FaultyEngine):
+    """has_unfinished() raises once armed: a failure outside step(), which ends the engine thread."""
+
+    def has_unfinished(self):
+        if self.armed:
+            raise RuntimeError("simulated scheduler bug")
+        return self._inner.has_unfinished()
+
+
+def test_engine_thread_death_fails_requests_cleanly():
+    holder = {}
+
+    def make():
+        holder["e"] = DyingEngine(build_engine(parallel=2, context=128))
+        return holder["e"]
+
+    st = ServerThread(make).wait_loaded()
+    try:
+        r = requests.post(st.url + "/v1/completions", json={"prompt": "a b", "max_tokens": 100, "stream": True,
+                                                             "ignore_eos": True}, stream=True)
+        lines = r.iter_lines()
+        assert next(ln for ln in lines if ln).startswith(b"data: {")
+        holder["e"].armed = True
+        events = [ln[6:] for ln in lines if ln.startswith(b"data: ")]
+        assert events[-1] == b"[DONE]"
+        assert "simulated scheduler bug" in json.loads(events[-2])["error"]["message"]
+        r = requests.post(st.url + "/v1/completions", json={"prompt": "a b", "max_tokens": 2})
+        assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+        h = requests.get(st.url + "/health")
+        assert h.status_code == 503 and "engine thread died" in h.json()["error"]["message"]
+    finally:
+        st.stop()

@@ -143,6 +143,9 @@ def test_keys_flag_env_file_sighup_and_sigterm(tmp_path):
         assert srv.p.wait(60) == 0, "".join(srv.lines)
         rest = [ln for ln in lines if ln]
         assert len(rest) < 200
+        # the stream ends cleanly: an error event saying why, then [DONE]
+        assert rest[-1] == b"data: [DONE]"
+        assert b"shutting down" in rest[-2] and b"unavailable_error" in rest[-2]
         assert any("stopped" in ln for ln in srv.lines)
         with pytest.raises(requests.ConnectionError):
             requests.get(url + "/health", timeout=5)
