@@ -21,17 +21,13 @@ from .auth import KeyFileError
 
 
 def engine_factory(model, backend, parallel, context, kv_cache):
-    """A no-argument callable that resolves MODEL and builds the Engine (run on the engine thread)."""
+    """A no-argument callable that builds the Engine (run on the engine thread). MODEL is resolved by the
+    engine: a directory, a hub id (`tensorfold.model.hub.resolve_model`), or None for the embedded default."""
 
     def build():
         from tensorfold.engine import Engine
 
-        path = model
-        if model is not None and not os.path.isdir(model):
-            from tensorfold.model.hub import resolve_model
-
-            path = resolve_model(model)
-        return Engine.from_model(path, backend=backend, parallel=parallel, context=context, kv_cache=kv_cache)
+        return Engine.from_model(model, backend=backend, parallel=parallel, context=context, kv_cache=kv_cache)
 
     return build
 
