@@ -175,3 +175,15 @@ def test_sigterm_idle_exits_zero():
         assert srv.p.wait(60) == 0
     finally:
         srv.close()
+
+
+@pytest.mark.skipif(not uses_default_model(), reason="the toy stand-in ignores MODEL")
+def test_missing_model_exits_nonzero_with_reason(tmp_path):
+    srv = Proc(str(tmp_path / "no-such-model"), wait_ready=False)
+    try:
+        rc = srv.p.wait(60)
+        out = srv.output()
+        assert rc == 1, out
+        assert "model failed to load" in out and "no-such-model" in out
+    finally:
+        srv.close()
