@@ -1,0 +1,98 @@
+"""Elementwise activation kernels: SwiGLU ``silu(gate) * up`` and the attention output gate ``o * sigmoid(g)``.
+
+Owns
+- ``silu_mul_k(g, u, y)``: ``y = silu(g) * u``, all float32 ``[R, I]``.
+- ``silu_mul_fused_k(gu, y)``: the same when gate and up come from one fused GEMV, ``gu [R, 2I]`` with gate in
+  columns ``[0, I)`` and up in ``[I, 2I)``; ``y [R, I]``.
+- ``sigmoid_gate_k(o, g, y)``: ``y = o * sigmoid(g)`` float32 ``[R, n]`` (y may be o).
+Reference mirrored: ``tensorfold.reference.ops.silu_mul``, ``sigmoid_gate`` (overflow-free sigmoid).
+
+Launch geometry: 1-d grid-stride over ``R * n`` elements, 256 threads per block (any grid works; the simulator
+launches one or two blocks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from ._device import IS_SIM, devfn
+
+__all__ = ["silu_mul_k", "silu_mul_fused_k", "sigmoid_gate_k", "launch_silu_mul", "launch_silu_mul_fused",
+           "launch_sigmoid_gate", "COMPILE_SPECS", "HOT"]
+
+_TPB = 64 if IS_SIM else 256
+
+
+@devfn
+def sigmoid_f32(x):
+    if x >= 0:
+        return np.float32(1.0) / (np.float32(1.0) + np.float32(math.exp(-x)))
+    e = np.float32(math.exp(x))
+    return e / (np.float32(1.0) + e)
+
+
+@cuda.jit
+def silu_mul_k(g, u, y):
+    R, n = g.shape
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < R * n:
+        r = i // n
+        c = i - r * n
+        gg = g[r, c]
+        y[r, c] = gg * sigmoid_f32(gg) * u[r, c]
+        i += step
+
+
+@cuda.jit
+def silu_mul_fused_k(gu, y):
+    R, n = y.shape
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < R * n:
+        r = i // n
+        c = i - r * n
+        gg = gu[r, c]
+        y[r, c] = gg * sigmoid_f32(gg) * gu[r, n + c]
+        i += step
+
+
+@cuda.jit
+def sigmoid_gate_k(o, g, y):
+    R, n = o.shape
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < R * n:
+        r = i // n
+        c = i - r * n
+        y[r, c] = o[r, c] * sigmoid_f32(g[r, c])
+        i += step
+
+
+def _grid(n, max_blocks):
+    g = max(1, -(-n // _TPB))
+    return g if max_blocks is None else min(g, max_blocks)
+
+
+def launch_silu_mul(g, u, y, stream=0, max_blocks=None):
+    silu_mul_k[_grid(y.size, max_blocks), _TPB, stream](g, u, y)
+
+
+def launch_silu_mul_fused(gu, y, stream=0, max_blocks=None):
+    silu_mul_fused_k[_grid(y.size, max_blocks), _TPB, stream](gu, y)
+
+
+def launch_sigmoid_gate(o, g, y, stream=0, max_blocks=None):
+    sigmoid_gate_k[_grid(y.size, max_blocks), _TPB, stream](o, g, y)
+
+
+_F2 = "float32[:, ::1]"
+COMPILE_SPECS = [
+    (silu_mul_k, f"void({_F2}, {_F2}, {_F2})"),
+    (silu_mul_fused_k, f"void({_F2}, {_F2})"),
+    (sigmoid_gate_k, f"void({_F2}, {_F2}, {_F2})"),
+]
+HOT = {"silu_mul_k", "silu_mul_fused_k", "sigmoid_gate_k"}

@@ -1,0 +1,99 @@
+"""Embedding gathers into float32 rows: from an MLX affine quantized table or a bf16 table.
+
+Owns
+- ``embed_affine_bf16_k(ids, W, S, B, y, bits, group)``: ``y[r, c] = s * q + b`` of table row ``ids[r]``
+  (packed uint32 ``[V, H*bits/32]``, scales / biases bf16 bits uint16 ``[V, H/group]``), fp32 math, any of bits
+  2..8 (word-level extraction, codes may cross words for 3/5/6 bits).
+- ``embed_affine_f32_k``: the same with float32 (or float16) scales / biases.
+- ``embed_dense_k(ids, W, y)``: bf16 bits table ``uint16 [V, H]`` -> float32.
+ids int32 ``[n]``, y float32 ``[n, H]``.
+
+Reference mirrored: ``tensorfold.reference.ops.embed`` (``affine_dequant`` rows, fp32 ``scale*q + bias``).
+
+Launch geometry: 1-d grid-stride over ``n * H`` elements, 256 threads per block (any grid works).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from ._device import IS_SIM, bf16_to_f32, devfn
+
+__all__ = ["embed_affine_bf16_k", "embed_affine_f32_k", "embed_dense_k", "launch_embed_affine", "launch_embed_dense",
+           "COMPILE_SPECS", "HOT"]
+
+_TPB = 64 if IS_SIM else 256
+
+
+@devfn
+def _id_f32(v):
+    return np.float32(v)
+
+
+def _make_affine(conv):
+    def embed_affine(ids, W, S, B, y, bits, group):
+        n, H = y.shape
+        mask = (np.uint32(1) << np.uint32(bits)) - np.uint32(1)
+        i = cuda.grid(1)
+        step = cuda.gridsize(1)
+        while i < n * H:
+            r = i // H
+            c = i - r * H
+            row = ids[r]
+            off = c * bits
+            lo = off >> 5
+            sh = off & 31
+            v = W[row, lo] >> np.uint32(sh)
+            if sh + bits > 32:
+                v = v | (W[row, lo + 1] << np.uint32(32 - sh))
+            q = np.float32(np.uint32(v & mask))
+            gi = c // group
+            y[r, c] = conv(S[row, gi]) * q + conv(B[row, gi])
+            i += step
+
+    return embed_affine
+
+
+embed_affine_bf16_py = _make_affine(bf16_to_f32)
+embed_affine_bf16_py.__name__ = "embed_affine_bf16_k"
+embed_affine_f32_py = _make_affine(_id_f32)
+embed_affine_f32_py.__name__ = "embed_affine_f32_k"
+embed_affine_bf16_k = cuda.jit(embed_affine_bf16_py)
+embed_affine_f32_k = cuda.jit(embed_affine_f32_py)
+
+
+@cuda.jit
+def embed_dense_k(ids, W, y):
+    n, H = y.shape
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n * H:
+        r = i // H
+        c = i - r * H
+        y[r, c] = bf16_to_f32(W[ids[r], c])
+        i += step
+
+
+def _grid(n, max_blocks):
+    g = max(1, -(-n // _TPB))
+    return g if max_blocks is None else min(g, max_blocks)
+
+
+def launch_embed_affine(ids, W, S, B, y, bits, group, stream=0, max_blocks=None):
+    k = embed_affine_bf16_k if np.dtype(S.dtype) == np.uint16 else embed_affine_f32_k
+    k[_grid(y.size, max_blocks), _TPB, stream](ids, W, S, B, y, np.int32(bits), np.int32(group))
+
+
+def launch_embed_dense(ids, W, y, stream=0, max_blocks=None):
+    embed_dense_k[_grid(y.size, max_blocks), _TPB, stream](ids, W, y)
+
+
+COMPILE_SPECS = [
+    (embed_affine_bf16_py,
+     "void(int32[::1], uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], int32, int32)"),
+    (embed_affine_f32_py,
+     "void(int32[::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32)"),
+    (embed_dense_k, "void(int32[::1], uint16[:, ::1], float32[:, ::1])"),
+]
+HOT = {"embed_affine_bf16_k", "embed_dense_k"}

@@ -1,0 +1,101 @@
+"""Simulator tier for tensorfold.kernels.affine: quantized GEMV (every bits x group), row-count independence bit
+for bit, split-K, float32 / float16 scales, dense bf16 GEMV and the prompt GEMM, against the numpy reference
+(``ops.affine_dequant`` + float64 matmul). Tolerance: max |y - ref| <= 2e-6 * (|x| @ |W|) elementwise bound
+scaled (fp32 accumulation over <= 512 inputs); NaN / unwritten outputs fail (outputs are poisoned with NaN).
+"""
+
+import numpy as np
+import pytest
+
+from tensorfold.kernels import affine as A
+from tensorfold.model import bf16, quant
+from tensorfold.reference import ops
+
+rng = np.random.default_rng()
+
+
+def _ref(x, P, S, B, bits, group):
+    W = ops.affine_dequant(P, S, B, bits, group).astype(np.float64)
+    x = x.astype(np.float64)
+    return x @ W.T, np.abs(x) @ np.abs(W).T
+
+
+def _check(y, ref, bound, tol=2e-6):
+    assert not np.isnan(y).any(), "NaN / unwritten output"
+    err = np.abs(y - ref)
+    assert (err <= tol * bound + 1e-30).all(), f"max err {err.max():.3e} vs bound {(tol * bound).max():.3e}"
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_qgemv_formats(bits, group):
+    out, K, R = 5, 256, 2
+    w = rng.standard_normal((out, K)).astype(np.float32)
+    P, S, B = quant.quantize(w, bits, group)
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    y = np.full((R, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound)
+
+
+def test_rows_independent_bit_for_bit():
+    """A row's result must not depend on how many rows share the launch (RB variants 1/2/4/8 and grid.y)."""
+    out, K, bits, group = 6, 512, 4, 64
+    w = rng.standard_normal((out, K)).astype(np.float32)
+    P, S, B = quant.quantize(w, bits, group)
+    x = rng.standard_normal((10, K)).astype(np.float32)
+    plan = A.GemvPlan(out, K, bits, group, tpb=64, ks=1)
+    single = np.full((10, out), np.nan, np.float32)
+    for r in range(10):
+        yr = np.full((1, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x[r:r + 1], yr, bits, group, plan)
+        single[r] = yr[0]
+    for R in (2, 3, 7, 10):
+        y = np.full((R, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x[:R], y, bits, group, plan)
+        assert np.array_equal(y.view(np.uint32), single[:R].view(np.uint32)), f"R={R} differs from R=1"
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(single, ref, bound)
+
+
+def test_splitk_and_scale_dtypes():
+    out, K, bits, group = 7, 1024, 4, 32
+    w = rng.standard_normal((out, K)).astype(np.float32)
+    for sd in ("f32", "f16"):
+        P, S, B = quant.quantize(w, bits, group, scale_dtype=sd)
+        x = rng.standard_normal((3, K)).astype(np.float32)
+        plan = A.GemvPlan(out, K, bits, group, tpb=32, ks=2)
+        ws = np.full((2, 3, out), np.nan, np.float32)
+        y = np.full((3, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
+        ref, bound = _ref(x, P, S, B, bits, group)
+        _check(y, ref, bound)
+
+
+def test_plan_ignores_rows_and_splits_tall_skinny():
+    p = A.plan_qgemv(2048, 12288, 4, 64)
+    assert p.ks > 1 and p.tpb % 32 == 0
+    assert A.plan_qgemv(12288, 4096, 4, 64).ks == 1
+
+
+def test_dense_bf16_gemv():
+    out, K, R = 6, 128, 3
+    Wb = bf16.from_f32(rng.standard_normal((out, K)).astype(np.float32))
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    y = np.full((R, out), np.nan, np.float32)
+    A.launch_dense_gemv(Wb.view(np.uint32), x, y)
+    W = bf16.to_f32(Wb).astype(np.float64)
+    _check(y, x.astype(np.float64) @ W.T, np.abs(x.astype(np.float64)) @ np.abs(W).T)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (3, 32)])
+def test_qgemm(bits, group):
+    out, K, R = 70, 64, 66  # partial tiles in both directions
+    w = rng.standard_normal((out, K)).astype(np.float32)
+    P, S, B = quant.quantize(w, bits, group)
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    y = np.full((R, out), np.nan, np.float32)
+    A.launch_qgemm(P, S, B, x, y, bits, group)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound)
