@@ -297,24 +297,15 @@ class Server:
     async def _next(self, request: web.Request, h: Handle):
         """The request's next engine item; ClientGone as soon as its connection is closed.
 
-        The transport is checked before every item (not only when idle), and the wait uses asyncio.wait rather
-        than wait_for, whose Python 3.11 version can swallow the handler's cancellation when an item arrives at
-        the same moment: a disconnected client must never keep generating."""
+        The transport is checked before every item, not only when idle, and the wait cannot swallow the
+        handler's cancellation (see Handle.next_item): a disconnected client never keeps generating."""
         while True:
             tr = request.transport
             if tr is None or tr.is_closing():
                 raise ClientGone()
-            if not h.queue.empty():
-                return h.queue.get_nowait()
-            getter = asyncio.ensure_future(h.queue.get())
-            try:
-                done, _ = await asyncio.wait({getter}, timeout=self.config.poll_s)
-            except BaseException:
-                getter.cancel()
-                raise
-            if done:
-                return getter.result()
-            getter.cancel()
+            item = await h.next_item(self.config.poll_s)
+            if item is not None:
+                return item
 
     async def _events(self, request: web.Request, req: P.GenRequest, h: Handle):
         """Yields ("text", str) deltas, then ("end", info dict).

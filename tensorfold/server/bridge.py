@@ -4,13 +4,14 @@ One thread owns the `Engine`: it builds it (so the HTTP server can answer `/heal
 then loops `engine.step()` while there is work and sleeps on a condition when idle. Handlers never call the
 engine themselves: `submit` queues an `add_request` for the thread and awaits its result (so a context-length
 refusal arrives before any stream opens), `cancel` queues an `engine.cancel`. Each `StepOutput` is pushed to the
-request's own asyncio queue with `loop.call_soon_threadsafe`. A fault inside `step()` is delivered to every live
+request's own mailbox (a deque plus a waiter future) with `loop.call_soon_threadsafe`. A fault inside `step()` is delivered to every live
 request as an `EngineFault` item and the thread carries on with the next request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -25,16 +26,46 @@ class EngineFault(Exception):
 
 
 class Handle:
-    """The handler's side of one request: its queue of StepOutput / EngineFault items and its timings."""
+    """The handler's side of one request: its mailbox of StepOutput / EngineFault items and its timings.
+
+    `push` runs on the event loop (scheduled by the engine thread); `next_item` waits with a plain future (no
+    asyncio.wait_for, whose 3.11 version can swallow a cancellation) and wakes at least every `poll` seconds so
+    the caller can check its client."""
 
     def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop):
         self.request_id = request_id
         self.rid: Any = None
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.items: collections.deque = collections.deque()
+        self._waiter: asyncio.Future | None = None
         self.loop = loop
         self.t_arrival = time.perf_counter()
         self.finished = False
         self.cancelled = False
+
+    def push(self, item) -> None:
+        self.items.append(item)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def next_item(self, poll: float):
+        """The next item, or None when `poll` seconds passed without one."""
+        if self.items:
+            return self.items.popleft()
+        fut = self.loop.create_future()
+        self._waiter = fut
+        timer = self.loop.call_later(poll, _wake, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._waiter = None
+        return self.items.popleft() if self.items else None
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class EngineBridge:
@@ -126,7 +157,7 @@ class EngineBridge:
 
     # ---------------------------------------------------------------- engine thread
     def _deliver(self, h: Handle, item) -> None:
-        h.loop.call_soon_threadsafe(h.queue.put_nowait, item)
+        h.loop.call_soon_threadsafe(h.push, item)
 
     @staticmethod
     def _resolve(fut: asyncio.Future, exc: BaseException | None) -> None:
