@@ -39,6 +39,7 @@ MAXG = 8
 MAXHD = 256
 NPL = MAXHD // 32  # hd values per lane
 NPT = MAXHD // NT  # hd values per thread in the P.V pass
+ACCN = MAXG * NPT
 
 
 def max_chunks(ctx: int) -> int:
@@ -88,7 +89,7 @@ def _make_partials(load, QUANT):
         ksc = cuda.shared.array(CW, float32)
         vsc = cuda.shared.array(CW, float32)
         kv = cuda.local.array(NPL, float32)
-        acc = cuda.local.array(MAXG * NPT, float32)
+        acc = cuda.local.array(ACCN, float32)
         if IS_SIM:
             # the simulator's warp helpers allocate their shared buffer on first use without a lock: do that
             # first use here, while the simulator is still starting threads one by one

@@ -30,6 +30,7 @@ NW = 4
 NT = VS * NW
 MAXDK = 128
 MAXP = 64  # longest kept path
+MAXP1 = MAXP + 1
 MAXK = 8
 
 
@@ -39,7 +40,7 @@ def gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf):
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     tid = ty * VS + tx
-    chain = cuda.shared.array(MAXP + 1, int32)
+    chain = cuda.shared.array(MAXP1, int32)
     W = cuda.shared.array((MAXDK, VS), float32)
     slot = seg_slot[seg]
     leaf = seg_leaf[seg]
@@ -116,7 +117,7 @@ def kv_compact(k, v, k_scale, v_scale, parent, cache_idx, seg_slot, seg_leaf, se
     layer = cuda.blockIdx.y // nKV
     h = cuda.blockIdx.y - layer * nKV
     tid = cuda.threadIdx.x
-    chain = cuda.shared.array(MAXP + 1, int32)
+    chain = cuda.shared.array(MAXP1, int32)
     slot = seg_slot[seg]
     leaf = seg_leaf[seg]
     if slot < 0 or leaf < 0 or layer >= NLf:

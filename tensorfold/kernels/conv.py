@@ -4,7 +4,7 @@ Mirrors ``tensorfold.reference.ops.causal_conv`` / ``causal_conv_step`` / ``caus
 (qwen35.md §3.4 step 2, §6.11): ``y[r, c] = silu(Σ_j w[c, j] · window_r[j, c])`` where window_r is the K raw
 (pre-conv) inputs ending at row r: row r itself, then its parent, the parent's parent, ... and, when the chain
 reaches ``parent = -1``, the stream's committed tail (newest last). A window is the chain parent[r] = r-1.
-The sum runs oldest tap first (j = 0 .. K-1), one fma per tap, then SiLU in fp32.
+The sum runs newest tap first (j = K-1 .. 0), one fma per tap, then SiLU in fp32.
 
 Layouts
 -------
@@ -42,7 +42,6 @@ def conv_rows(x, w, tail, row_slot, parent, y, xlog):
     Cc = x.shape[1]
     K = w.shape[1]
     logging = xlog.shape[0] > 0
-    taps = cuda.local.array(MAXK, float32)
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     while i < R * Cc:
@@ -52,16 +51,15 @@ def conv_rows(x, w, tail, row_slot, parent, y, xlog):
         if slot >= 0:
             node = r
             t = 0  # tail entries consumed
-            for j in range(K - 1, -1, -1):  # j = tap index, K-1 = current row
+            acc = float32(0.0)
+            for j in range(K - 1, -1, -1):  # j = tap index, K-1 = current row; newest first
                 if node >= 0:
-                    taps[j] = x[node, c]
+                    xv = x[node, c]
                     node = parent[node]
                 else:
-                    taps[j] = tail[slot, K - 2 - t, c]
+                    xv = tail[slot, K - 2 - t, c]
                     t += 1
-            acc = float32(0.0)
-            for j in range(K):
-                acc = cuda.fma(w[c, j], taps[j], acc)
+                acc = cuda.fma(w[c, j], xv, acc)
             y[r, c] = silu32(acc)
             if logging:
                 xlog[r, c] = x[r, c]

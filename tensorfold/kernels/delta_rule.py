@@ -52,7 +52,9 @@ NW = 4  # warps per block (rows of the state split across them)
 NT = VS * NW
 MAXDK = 128
 MAXR = 16  # tree rows per segment (history kept in shared memory)
+MAXR1 = MAXR + 1
 CH = 64  # chunk length of the chunked form
+CHP = CH + 1
 
 _EPS = 1e-6
 
@@ -113,7 +115,7 @@ def gdn_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot,
     khist = cuda.shared.array((MAXR, MAXDK), float32)
     dhist = cuda.shared.array((MAXR, VS), float32)
     ahist = cuda.shared.array(MAXR, float32)
-    chain = cuda.shared.array(MAXR + 1, int32)
+    chain = cuda.shared.array(MAXR1, int32)
     dsh = cuda.shared.array(VS, float32)
     gsh = cuda.shared.array(4, float32)
 
@@ -313,7 +315,7 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
     hv = cuda.blockIdx.y
     seg = cuda.blockIdx.z
     tid = cuda.threadIdx.x
-    A = cuda.shared.array((CH, CH + 1), float32)
+    A = cuda.shared.array((CH, CHP), float32)
     cs = cuda.shared.array(CH, float32)
     bs = cuda.shared.array(CH, float32)
     n_all = seg_len[seg]
