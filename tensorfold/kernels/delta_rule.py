@@ -54,7 +54,6 @@ MAXDK = 128
 MAXR = 16  # tree rows per segment (history kept in shared memory)
 MAXR1 = MAXR + 1
 CH = 64  # chunk length of the chunked form
-CHP = CH + 1
 
 _EPS = 1e-6
 
@@ -310,14 +309,13 @@ def gdn_prep(qkv, a, b, A_log, dt_bias, qn, kn, g_out, beta_out):
 
 def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
     """Per (chunk, value head, segment): cum [R, Hv] (inclusive cumsum of g in the chunk), P [R, Hv, CH]
-    ((Q̂K̂ᵀ)⊙Γ, row i's entries j <= i), U [R, Hv, Dv], Wm [R, Hv, Dk]."""
+    ((Q̂K̂ᵀ)⊙Γ, row i's entries j <= i), U [R, Hv, Dv], Wm [R, Hv, Dk]. Shared: A 16 KiB + X 32 KiB."""
     c = cuda.blockIdx.x
     hv = cuda.blockIdx.y
     seg = cuda.blockIdx.z
     tid = cuda.threadIdx.x
-    A = cuda.shared.array((CH, CHP), float32)
-    cs = cuda.shared.array(CH, float32)
-    bs = cuda.shared.array(CH, float32)
+    A = cuda.shared.array((CH, CH), float32)
+    Xs = cuda.shared.array((CH, NT), float32)
     n_all = seg_len[seg]
     r0 = seg_row0[seg] + c * CH
     n = min(CH, n_all - c * CH)
@@ -333,11 +331,8 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
         acc = float32(0.0)
         for i in range(n):
             acc += g[r0 + i, hv]
-            cs[i] = acc
             cum[r0 + i, hv] = acc
-    for i in range(tid, n, NT):
-        bs[i] = beta[r0 + i, hv]
-    cuda.syncthreads()
+    cuda.syncthreads()  # cum (global) is visible to the block after the barrier
     # A (strictly lower, β_i k̂_i·k̂_j Γ_ij) and P (Q̂K̂ᵀ ⊙ Γ, j <= i)
     for e in range(tid, n * n, NT):
         i = e // n
@@ -349,26 +344,25 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
                 kj = kn[r0 + j, kh, d]
                 dkk = cuda.fma(kn[r0 + i, kh, d], kj, dkk)
                 dqk = cuda.fma(qn[r0 + i, kh, d], kj, dqk)
-            gam = float32(math.exp(cs[i] - cs[j]))
+            gam = float32(math.exp(cum[r0 + i, hv] - cum[r0 + j, hv]))
             P[r0 + i, hv, j] = dqk * gam
             if j < i:
-                A[i, j] = bs[i] * dkk * gam
+                A[i, j] = beta[r0 + i, hv] * dkk * gam
     cuda.syncthreads()
-    # forward substitution, one column per thread: X_i = rhs_i - sum_{j<i} A_ij X_j
+    # forward substitution, one column per thread (its own column of Xs): X_i = rhs_i - sum_{j<i} A_ij X_j
     for col in range(tid, Dv + Dk, NT):
-        if col < Dv:
-            for i in range(n):
-                x = bs[i] * qkv[r0 + i, voff + col]
-                for j in range(i):
-                    x -= A[i, j] * U[r0 + j, hv, col]
+        for i in range(n):
+            if col < Dv:
+                x = beta[r0 + i, hv] * qkv[r0 + i, voff + col]
+            else:
+                x = beta[r0 + i, hv] * float32(math.exp(cum[r0 + i, hv])) * kn[r0 + i, kh, col - Dv]
+            for j in range(i):
+                x -= A[i, j] * Xs[j, tid]
+            Xs[i, tid] = x
+            if col < Dv:
                 U[r0 + i, hv, col] = x
-        else:
-            cc = col - Dv
-            for i in range(n):
-                x = bs[i] * float32(math.exp(cs[i])) * kn[r0 + i, kh, cc]
-                for j in range(i):
-                    x -= A[i, j] * Wm[r0 + j, hv, cc]
-                Wm[r0 + i, hv, cc] = x
+            else:
+                Wm[r0 + i, hv, col - Dv] = x
 
 
 def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
