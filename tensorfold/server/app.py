@@ -417,6 +417,7 @@ class Server:
         await resp.prepare(request)
         chat = req.kind == "chat"
         sp = P.ReasoningSplitter(req.prompt_opens_think) if chat else None
+        cw = P.ChunkWriter(req)
         try:
             if chat:
                 await resp.write(P.sse(P.chat_chunk(req, {"role": "assistant", "content": ""})))
@@ -425,18 +426,18 @@ class Server:
                     if chat:
                         r, c = sp.feed(val)
                         if r:
-                            await resp.write(P.sse(P.chat_chunk(req, {"reasoning_content": r})))
+                            await resp.write(cw.reasoning(r))
                         if c:
-                            await resp.write(P.sse(P.chat_chunk(req, {"content": c})))
+                            await resp.write(cw.content(c))
                     else:
-                        await resp.write(P.sse(P.completion_chunk(req, val)))
+                        await resp.write(cw.content(val))
                     continue
                 if chat:
                     r, c = sp.flush()
                     if r:
-                        await resp.write(P.sse(P.chat_chunk(req, {"reasoning_content": r})))
+                        await resp.write(cw.reasoning(r))
                     if c:
-                        await resp.write(P.sse(P.chat_chunk(req, {"content": c})))
+                        await resp.write(cw.content(c))
                 if val["finish"] == "abort":
                     err = P.ApiError(503, "request was cancelled (server shutting down)")
                     await resp.write(P.sse(err.body()))

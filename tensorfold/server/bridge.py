@@ -63,6 +63,11 @@ class Handle:
         return self.items.popleft() if self.items else None
 
 
+def _push_all(batch) -> None:
+    for h, item in batch:
+        h.push(item)
+
+
 def _wake(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -251,6 +256,7 @@ class EngineBridge:
                     except Exception:  # noqa: BLE001
                         time.sleep(0.05)  # never spin hot on an engine that keeps failing
                     continue
+                batch = []
                 for o in outs:
                     h = self._by_rid.get(o.request_id)
                     if h is None:
@@ -260,6 +266,8 @@ class EngineBridge:
                         self._rids.pop(h.request_id, None)
                         if o.finish_reason == "abort":
                             self.aborted += 1
-                    self._deliver(h, o)
+                    batch.append((h, o))
+                if batch:   # one wake-up of the event loop per round, not one per stream
+                    batch[0][0].loop.call_soon_threadsafe(_push_all, batch)
             elif stopping:
                 return

@@ -603,6 +603,30 @@ def usage_chunk(req: GenRequest, use: dict, engine_block: dict | None = None) ->
     return out
 
 
+class ChunkWriter:
+    """Pre-serialized SSE frames for the per-token content chunks (the hot path of streaming): only the text is
+    JSON-encoded per token; everything else about the chunk is fixed for the request."""
+
+    def __init__(self, req: GenRequest):
+        head = {"id": req.id, "object": "chat.completion.chunk" if req.kind == "chat" else "text_completion",
+                "created": req.created, "model": req.model}
+        h = json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
+        if req.kind == "chat":
+            self._content = (h + ',"choices":[{"index":0,"delta":{"content":').encode()
+            self._reasoning = (h + ',"choices":[{"index":0,"delta":{"reasoning_content":').encode()
+            self._tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+        else:
+            self._content = (h + ',"choices":[{"index":0,"text":').encode()
+            self._reasoning = self._content
+            self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def content(self, text: str) -> bytes:
+        return b"data: " + self._content + json.dumps(text, ensure_ascii=False).encode() + self._tail
+
+    def reasoning(self, text: str) -> bytes:
+        return b"data: " + self._reasoning + json.dumps(text, ensure_ascii=False).encode() + self._tail
+
+
 def sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 

@@ -193,3 +193,21 @@ def test_metrics_text_is_well_formed():
     assert 'vllm:request_success_total{model_name="m\\"odel",finished_reason="stop"} 20' in txt
     assert 'vllm:time_to_first_token_seconds_bucket{model_name="m\\"odel",le="+Inf"} 20' in txt
     assert "vllm:num_requests_waiting{" in txt and "tensorfold_num_requests_waiting{" in txt
+
+
+def test_chunk_writer_equals_the_generic_chunks():
+    rng = random.Random()
+    for kind in ("chat", "completion"):
+        req = P.GenRequest(kind=kind, id="x-" + str(rng.random()), created=rng.randrange(1 << 31), model='m"\\ü',
+                           prompt_ids=[1], max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0, seed=0,
+                           seed_given=False, stop=[], stream=True, include_usage=False, ignore_eos=False, draft=True)
+        cw = P.ChunkWriter(req)
+        for _ in range(50):
+            text = "".join(rng.choice(['"', "\\", "\n", "a", "é", "🙂", "\x00", "</", "\u2028"])
+                           for _ in range(rng.randint(0, 6)))
+            frame = cw.content(text)
+            assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
+            want = P.chat_chunk(req, {"content": text}) if kind == "chat" else P.completion_chunk(req, text)
+            assert json.loads(frame[6:]) == want
+            if kind == "chat":
+                assert json.loads(cw.reasoning(text)[6:]) == P.chat_chunk(req, {"reasoning_content": text})
