@@ -324,51 +324,59 @@ class Server:
         prompt_tokens = len(req.prompt_ids)
         completion_tokens = None
         while finish is None:
-            item = await self._next(request, h)
-            if isinstance(item, EngineFault):
-                h.finished = True
-                raise item
+            # everything that already arrived is merged into one delta (as vLLM does when a client falls behind)
+            batch = [await self._next(request, h)]
+            while h.items and len(batch) < 256:
+                batch.append(h.items.popleft())
             now = time.perf_counter()
-            new = list(item.new_token_ids)
-            engine_text = getattr(item, "text", None)
-            drafted += int(getattr(item, "drafted", 0) or 0)
-            accepted += int(getattr(item, "accepted", 0) or 0)
-            if getattr(item, "prompt_tokens", None):
-                prompt_tokens = int(item.prompt_tokens)
-            if new:
-                if t_first is None:
-                    t_first = now
-                elif self.metrics is not None:
-                    self.metrics.itl.observe(now - t_prev)
-                t_prev = now
-                ids.extend(new)
-            if engine_text is not None:
-                if engine_text:
-                    yield "text", engine_text
-                if item.finished:
+            pending: list[str] = []
+            timed = False
+            for item in batch:
+                if finish is not None:
+                    break
+                if isinstance(item, EngineFault):
+                    h.finished = True
+                    raise item
+                new = list(item.new_token_ids)
+                engine_text = getattr(item, "text", None)
+                drafted += int(getattr(item, "drafted", 0) or 0)
+                accepted += int(getattr(item, "accepted", 0) or 0)
+                if getattr(item, "prompt_tokens", None):
+                    prompt_tokens = int(item.prompt_tokens)
+                if new:
+                    if t_first is None:
+                        t_first = now
+                    elif self.metrics is not None and not timed:
+                        self.metrics.itl.observe(now - t_prev)
+                    timed = True
+                    t_prev = now
+                    ids.extend(new)
+                if engine_text is not None:
+                    if engine_text:
+                        pending.append(engine_text)
+                    if item.finished:
+                        h.finished = True
+                        finish = item.finish_reason or "stop"
+                        completion_tokens = getattr(item, "completion_tokens", None)
+                    continue
+                # fallback: an engine that gives token ids only
+                if new:
+                    pending.append(stops.feed(text.add(new)))
+                    if stops.matched is not None:
+                        finish = "stop"
+                        self.bridge.cancel(h)
+                        h.finished = True
+                if item.finished and finish is None:
                     h.finished = True
                     finish = item.finish_reason or "stop"
                     completion_tokens = getattr(item, "completion_tokens", None)
-                continue
-            # fallback: an engine that gives token ids only
-            if new:
-                delta = stops.feed(text.add(new))
-                if stops.matched is not None:
-                    finish = "stop"
-                    self.bridge.cancel(h)
-                    h.finished = True
-                if delta:
-                    yield "text", delta
-            if item.finished and finish is None:
-                h.finished = True
-                finish = item.finish_reason or "stop"
-                completion_tokens = getattr(item, "completion_tokens", None)
-                tail = stops.feed(text.flush())
-                if stops.matched is not None:
-                    finish = "stop"
-                tail += stops.flush()
-                if tail:
-                    yield "text", tail
+                    tail = stops.feed(text.flush())
+                    if stops.matched is not None:
+                        finish = "stop"
+                    pending.append(tail + stops.flush())
+            delta = "".join(pending)
+            if delta:
+                yield "text", delta
         t_end = time.perf_counter()
         ttft = None if t_first is None else t_first - h.t_arrival
         e2e = t_end - h.t_arrival
