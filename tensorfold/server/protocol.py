@@ -154,6 +154,7 @@ class GenRequest:
     seed: int                          # as the sampler uses it (reported in the engine block)
     seed_given: bool
     stop: list[str]
+    stop_token_ids: list[int]
     stream: bool
     include_usage: bool
     ignore_eos: bool
@@ -312,6 +313,20 @@ def check_stop(body: dict) -> list[str]:
     return out
 
 
+def check_stop_token_ids(body: dict, vocab_size: int) -> list[int]:
+    """vLLM's `stop_token_ids`: extra ids that finish the request (kept in the token count, not in the text)."""
+    v = body.get("stop_token_ids", None)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise bad(f"'stop_token_ids' must be an array of token ids, not {_json_type(v)}", "stop_token_ids")
+    for i, t in enumerate(v):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise bad(f"'stop_token_ids[{i}]' = {t!r} is not a token id (vocabulary size {vocab_size})",
+                      "stop_token_ids")
+    return list(v)
+
+
 def derive_seed(prompt_ids: list[int]) -> int:
     """The seed of a request without one: the engine's hash of its prompt (`tensorfold.sampling.derive_seed`),
     so that a rerun repeats and equals `tensorfold generate` on the same prompt."""
@@ -332,6 +347,7 @@ def sampling_fields(body: dict, defaults: ServeDefaults) -> dict:
         "min_p": float(get_number(body, "min_p", defaults.min_p, lo=0.0, hi=1.0)),
         "seed": get_number(body, "seed", None, lo=-(1 << 63), hi=(1 << 64) - 1, integer=True),
         "stop": check_stop(body),
+        "stop_token_ids": check_stop_token_ids(body, defaults.vocab_size),
         "stream": get_bool(body, "stream", False),
         "ignore_eos": get_bool(body, "ignore_eos", False),
         "draft": get_bool(body, "draft", True),
@@ -393,7 +409,8 @@ def finish_request(kind: str, model: str, prompt_ids: list[int], f: dict, defaul
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
     return GenRequest(kind=kind, id=rid, created=int(time.time()), model=model, prompt_ids=list(prompt_ids),
                       max_tokens=int(mt), temperature=f["temperature"], top_p=f["top_p"], top_k=f["top_k"],
-                      min_p=f["min_p"], seed=seed, seed_given=seed_given, stop=f["stop"], stream=f["stream"],
+                      min_p=f["min_p"], seed=seed, seed_given=seed_given, stop=f["stop"],
+                      stop_token_ids=f["stop_token_ids"], stream=f["stream"],
                       include_usage=f["include_usage"], ignore_eos=f["ignore_eos"], draft=f["draft"],
                       prompt_opens_think=prompt_opens_think)
 
@@ -404,7 +421,8 @@ def make_sampling_params(req: GenRequest):
 
     want = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
             "seed": req.seed if req.seed_given else None, "max_tokens": req.max_tokens,
-            "ignore_eos": req.ignore_eos, "draft": req.draft, "stop": tuple(req.stop)}
+            "ignore_eos": req.ignore_eos, "draft": req.draft, "stop": tuple(req.stop),
+            "stop_token_ids": tuple(req.stop_token_ids)}
     if dataclasses.is_dataclass(SamplingParams):
         names = {f.name for f in dataclasses.fields(SamplingParams)}
     else:

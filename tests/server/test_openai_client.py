@@ -131,6 +131,16 @@ def test_stop_string_cuts_and_is_not_returned(client, rng):
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_stop_token_ids(client, served, rng):
+    vocab = served.server.defaults.vocab_size
+    r = client.completions.create(model=model_id(client), prompt=rand_text(rng, 4), max_tokens=8, temperature=0,
+                                  extra_body={"ignore_eos": True, "stop_token_ids": list(range(vocab))})
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1
+    r = client.completions.create(model=model_id(client), prompt=rand_text(rng, 4), max_tokens=8, temperature=0,
+                                  extra_body={"ignore_eos": True, "stop_token_ids": []})
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8
+
+
 def test_no_seed_rerun_repeats_and_seed_changes_output(client, rng):
     prompt = rand_text(rng, 7)
     kw = dict(model=model_id(client), prompt=prompt, max_tokens=8, temperature=1.0, extra_body={"ignore_eos": True})
