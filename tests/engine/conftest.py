@@ -82,29 +82,3 @@ def toy_engine():
 
     return make
 
-
-@pytest.fixture(autouse=True)
-def _sampler_stand_in(monkeypatch):
-    """Until tensorfold.reference.sampling lands: a stand-in with the same signature (greedy = first argmax;
-    otherwise a (seed, position)-keyed inverse-CDF draw). Removed once the real module exists."""
-    try:
-        import tensorfold.reference.sampling  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-    import sys
-    import types
-
-    def sample(logits_row, temperature, top_k, top_p, min_p, seed, position, valid_vocab):
-        x = np.asarray(logits_row, np.float64)[:valid_vocab]
-        if temperature == 0:
-            return int(np.argmax(x))
-        p = np.exp((x - x.max()) / temperature)
-        p /= p.sum()
-        u = np.random.default_rng([seed, position]).random()
-        return int(min(np.searchsorted(np.cumsum(p), u), valid_vocab - 1))
-
-    mod = types.ModuleType("tensorfold.reference.sampling")
-    mod.sample = sample
-    monkeypatch.setitem(sys.modules, "tensorfold.reference.sampling", mod)

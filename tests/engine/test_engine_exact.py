@@ -164,3 +164,26 @@ def test_backend_choice_and_refusals(tiny_dir):
         Engine.from_model(tiny_dir, backend="cpu", kv_cache="int3")
     with pytest.raises((FileNotFoundError, ValueError), match="no such directory"):
         Engine.from_model(str(tiny_dir) + "-missing", backend="cpu")
+
+
+def test_sampled_tokens_equal_plain_loop_with_reference_sampler(tiny_dir, ref, valid_vocab):
+    """Sampling on: token k of a request is sample(logits, ..., seed, position = prompt_len + k)."""
+    from tensorfold.reference.sampling import sample
+    from tensorfold.sampling import derive_seed
+
+    rng = np.random.default_rng(21)
+    prompt = rand_prompt(rng, 13, valid_vocab)
+    eng = Engine.from_model(tiny_dir, backend="cpu", parallel=2, prompt_chunk=5)
+    for params, seed in [(SamplingParams(temperature=1.3, top_k=50, top_p=0.9, seed=77, max_tokens=10,
+                                         ignore_eos=True), 77),
+                         (SamplingParams(temperature=1.0, min_p=0.05, max_tokens=10, ignore_eos=True),
+                          derive_seed(prompt))]:
+        st = ref.new_state()
+        logits = ref.prompt(st, prompt)[-1]
+        want = []
+        for k in range(10):
+            t = sample(logits, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                       min_p=params.min_p, seed=seed, position=len(prompt) + k, valid_vocab=valid_vocab)
+            want.append(int(t))
+            logits = ref.step(st, t)
+        assert eng.generate(prompt, params) == want
