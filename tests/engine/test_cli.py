@@ -8,15 +8,6 @@ from click.testing import CliRunner
 from tensorfold.cli import main
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from tensorfold.model.synth import write_synth
-
-    d = tmp_path_factory.mktemp("tiny_cli")
-    write_synth("tiny", d)
-    return d
-
-
 def _check(result, max_tokens):
     assert result.exit_code == 0, (result.output, result.exception)
     err = result.stderr

@@ -12,30 +12,6 @@ from tensorfold.engine import Engine, SamplingParams
 from tensorfold.engine.cpu_backend import CpuBackend
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    synth = pytest.importorskip("tensorfold.model.synth")
-    d = tmp_path_factory.mktemp("tiny")
-    synth.write_synth("tiny", d)
-    return d
-
-
-@pytest.fixture(scope="module")
-def ref(tiny_dir):
-    from tensorfold.model.checkpoint import load_checkpoint
-    from tensorfold.reference.model import ReferenceModel
-
-    ck = load_checkpoint(tiny_dir)
-    return ReferenceModel(ck, ck.config)
-
-
-@pytest.fixture(scope="module")
-def valid_vocab(tiny_dir, ref):
-    from tensorfold.tokenizer import Tokenizer
-
-    return min(Tokenizer.from_dir(tiny_dir).vocab_size, ref.config.vocab_size)
-
-
 def rand_prompt(rng, n, vocab):
     return [int(t) for t in rng.integers(0, vocab, n)]
 

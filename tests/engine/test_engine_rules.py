@@ -1,6 +1,6 @@
-"""Engine bookkeeping on the cpu backend over a small recurrent stand-in LM (fast enough for many rounds):
-finish rules (max_tokens, stop ids, eos / ignore_eos, stop strings, context full), cancel, refusals, slot limits,
-thread-safe add/cancel, stats. Oracles: a plain loop over the model's step + argmax, and the byte decoder."""
+"""Engine bookkeeping on the cpu backend with the tiny synthetic model: finish rules (max_tokens, stop ids, eos /
+ignore_eos, context full), cancel, refusals, slot limits, thread-safe add/cancel, stats, backend faults.
+Oracle: a plain loop over ReferenceModel.step + argmax."""
 
 import threading
 
@@ -9,17 +9,16 @@ import pytest
 
 from tensorfold.engine import ContextLengthError, SamplingParams, token_sha
 
-from conftest import ToyModel
 
-
-def greedy_oracle(model, prompt, n, valid=257):
-    st = model.new_state()
-    logits = model.prompt(st, prompt)[-1]
+def greedy_oracle(ref, prompt, n, valid):
+    st = ref.new_state()
+    for t in prompt:
+        logits = ref.step(st, t)
     out = []
     for _ in range(n):
         t = int(np.argmax(logits[:valid]))
         out.append(t)
-        logits = model.step(st, t)
+        logits = ref.step(st, t)
     return out
 
 
@@ -33,63 +32,52 @@ def drain(engine, limit=10_000):
     raise AssertionError("engine did not finish")
 
 
-def test_greedy_equals_plain_loop_and_max_tokens(toy_engine):
-    eng = toy_engine(tokenizer=False)
-    model = eng.backend.model
+def test_greedy_max_tokens_and_slot_release(make_engine, ref, valid_vocab):
+    eng = make_engine(tokenizer=False)
     prompt = [5, 17, 99, 3, 200, 41, 7, 8, 9, 10, 11]  # 11 tokens, chunk 8 -> two chunks
     got = eng.generate(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
-    assert got == greedy_oracle(ToyModel(), prompt, 12)
-    assert len(got) == 12
-    assert model is eng.backend.model and eng.backend.slots_in_use == 0
+    assert got == greedy_oracle(ref, prompt, 12, valid_vocab)
+    assert eng.backend.slots_in_use == 0 and not eng.has_unfinished()
 
 
-def test_stop_token_and_eos(toy_engine):
-    eng = toy_engine(tokenizer=False)
+def test_stop_token_and_eos(make_engine, ref, valid_vocab):
     prompt = [1, 2, 3]
-    ref = greedy_oracle(ToyModel(), prompt, 20)
-    stop = ref[5]
-    first = ref.index(stop)
-    rid = eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[stop]))
+    want = greedy_oracle(ref, prompt, 20, valid_vocab)
+    eng = make_engine(tokenizer=False)
+    stop = want[5]
+    first = want.index(stop)
+    rid = eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[stop],
+                                                 ignore_eos=True))  # stop_token_ids hold even with ignore_eos
     outs = drain(eng)[rid]
     ids = [t for o in outs for t in o.new_token_ids]
-    assert ids == ref[: first + 1]  # the stop id is included in the ids
+    assert ids == want[: first + 1]  # the stop id is included in the ids
     assert outs[-1].finished and outs[-1].finish_reason == "stop" and outs[-1].stop_reason == stop
     assert outs[-1].completion_tokens == first + 1 and outs[-1].prompt_tokens == 3
-    # model eos (256) stops unless ignore_eos: a model that always prefers 256
-    m = ToyModel()
-    m.U[256] += 1000.0
-    eng2 = toy_engine(model=m, tokenizer=False)
-    assert eng2.generate([1, 2], SamplingParams(temperature=0, max_tokens=5)) == [256]
-    assert eng2.generate([1, 2], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)) == [256] * 5
+    # the model's eos ids stop a request unless ignore_eos
+    eos = want[3]
+    eng2 = make_engine(tokenizer=False, eos=(eos,))
+    assert eng2.generate(prompt, SamplingParams(temperature=0, max_tokens=20)) == want[: want.index(eos) + 1]
+    assert eng2.generate(prompt, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)) == want
 
 
-def test_stop_string_cuts_text(toy_engine, byte_tok):
-    eng = toy_engine()
-    prompt = [104, 105]
-    ref = greedy_oracle(ToyModel(), prompt, 30, valid=257)
-    full = byte_tok.decode([t for t in ref if t != 256][:30])
-    ref_text = byte_tok.decode(ref[: ref.index(256)] if 256 in ref else ref)
-    assert len(ref_text) > 6
-    stop = ref_text[3:5]
-    rid = eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop]))
+def test_stop_string_and_text_with_greedy(make_engine, ref, valid_vocab, tiny_tok):
+    prompt = tiny_tok.encode("once upon a time")
+    want = greedy_oracle(ref, prompt, 30, valid_vocab)
+    text = tiny_tok.decode(want, skip_special=True)
+    eng = make_engine(eos=())
+    rid = eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=30))
     outs = drain(eng)[rid]
-    text = "".join(o.text for o in outs)
-    assert text == ref_text[: ref_text.find(stop)]
+    assert "".join(o.text for o in outs) == text and outs[-1].finish_reason == "length"
+    stop = text.strip()[2:4]
+    assert len(stop) == 2
+    rid = eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop, "\x00never"]))
+    outs = drain(eng)[rid]
+    assert "".join(o.text for o in outs) == text[: text.find(stop)]
     assert outs[-1].finish_reason == "stop" and outs[-1].stop_reason == stop
-    assert full  # the stand-in produced text
 
 
-def test_text_without_stop_equals_decode(toy_engine, byte_tok):
-    eng = toy_engine()
-    rid = eng.add_request([65, 66, 67], SamplingParams(temperature=0.9, seed=3, max_tokens=40, ignore_eos=True))
-    outs = drain(eng)[rid]
-    ids = [t for o in outs for t in o.new_token_ids]
-    assert "".join(o.text for o in outs) == byte_tok.decode(ids)
-    assert outs[-1].finish_reason == "length"
-
-
-def test_context_refusal_and_context_full(toy_engine):
-    eng = toy_engine(context=16)
+def test_context_refusal_and_context_full(make_engine):
+    eng = make_engine(context=16)
     with pytest.raises(ContextLengthError, match="maximum context length is 16") as e:
         eng.add_request(list(range(10)), SamplingParams(max_tokens=7))
     assert (e.value.context, e.value.prompt_tokens, e.value.requested) == (16, 10, 17)
@@ -104,9 +92,9 @@ def test_context_refusal_and_context_full(toy_engine):
     assert last.finish_reason == "length" and last.completion_tokens == 6
 
 
-def test_bad_requests(toy_engine):
-    eng = toy_engine()
-    for bad, exc in [([], ValueError), ([1, 999], ValueError), ([1, -1], ValueError), ([1, 2.0], TypeError),
+def test_bad_requests(make_engine):
+    eng = make_engine()
+    for bad, exc in [([], ValueError), ([1, 10**6], ValueError), ([1, -1], ValueError), ([1, 2.0], TypeError),
                      ("hello", TypeError)]:
         with pytest.raises(exc):
             eng.add_request(bad, SamplingParams())
@@ -119,8 +107,8 @@ def test_bad_requests(toy_engine):
     drain(eng)
 
 
-def test_cancel_waiting_and_running(toy_engine):
-    eng = toy_engine(parallel=1)
+def test_cancel_waiting_and_running(make_engine):
+    eng = make_engine(parallel=1)
     p = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
     a = eng.add_request([1, 2, 3], p)
     b = eng.add_request([4, 5, 6], p)
@@ -137,10 +125,10 @@ def test_cancel_waiting_and_running(toy_engine):
     assert eng.stats()["requests_aborted"] == 2
 
 
-def test_parallel_limit_and_stats(toy_engine):
-    eng = toy_engine(parallel=3, prompt_chunk=4)
+def test_parallel_limit_and_stats(make_engine):
+    eng = make_engine(parallel=3, prompt_chunk=4)
     rng = np.random.default_rng(0)
-    rids = [eng.add_request(list(rng.integers(0, 256, int(rng.integers(1, 20)))),
+    rids = [eng.add_request(list(rng.integers(0, 300, int(rng.integers(1, 20)))),
                             SamplingParams(temperature=0.7, max_tokens=int(rng.integers(1, 8)), ignore_eos=True))
             for _ in range(10)]
     seen = {}
@@ -156,8 +144,8 @@ def test_parallel_limit_and_stats(toy_engine):
     assert st["requests_finished"] == 10 and st["running"] == 0 and st["kv_cache_usage"] == 0.0
 
 
-def test_add_and_cancel_from_other_threads(toy_engine):
-    eng = toy_engine(parallel=2)
+def test_add_and_cancel_from_other_threads(make_engine):
+    eng = make_engine(parallel=2)
     p = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     want = eng.generate([7, 8, 9], p)
     done, results = threading.Event(), {}
@@ -200,8 +188,8 @@ def test_token_sha():
     assert token_sha([]) == hashlib.sha256(b"").hexdigest()[:16]
 
 
-def test_backend_fault_aborts_running_and_engine_recovers(toy_engine):
-    eng = toy_engine(parallel=2, tokenizer=False)
+def test_backend_fault_aborts_running_and_engine_recovers(make_engine):
+    eng = make_engine(parallel=2, tokenizer=False)
     p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     want = eng.generate([3, 4, 5], p)
     real = eng.backend.decode_sample
