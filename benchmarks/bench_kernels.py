@@ -1,0 +1,435 @@
+"""Kernel benchmark harness (part A owns it; part B adds entries in ``benchmarks/bench_kernels_b.py``).
+
+Run on the GPU machine:  ``NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py [--out DIR] [--only SUBSTR]``
+
+What it does
+- Measures the copy ceiling: device-to-device copy of 1 GiB with cupy (bytes read + written), median of 5.
+- Runs every registered case: compiles and runs it once (warm), captures ``n`` launches of it into one CUDA graph
+  (``cuda.core`` graph builder: ``kernel[grid, block, gb](...)``) and times replays (host clock around
+  ``graph.launch(stream); stream.sync()``, median of 5 replays, divided by the launches per graph). If capture
+  fails it falls back to timing back-to-back launches (then Python dispatch is included) and says so per row.
+- Weights are rotated over enough copies (>= 256 MB in total) that replays cannot run out of the 50 MB L2.
+- Reports time, bytes moved (weights + scales + activations in and out), GB/s and % of the copy rate, TFLOP/s for
+  GEMMs, and a peer time (torch bf16 ``matmul`` at the same shape, same rotation, CUDA events) where given.
+- Writes ``kernels_<UTC date>.md`` and ``.json`` (commit hash, GPU name, command) into ``--out``.
+
+Registry (for part B): in ``benchmarks/bench_kernels_b.py``::
+
+    from bench_kernels import register, Case
+    @register("delta_rule")
+    def _cases(ctx):            # ctx: dict with cuda (numba.cuda), cp (cupy), torch, dev_rand_f32(shape) ...
+        ...
+        return [Case(name="gdn step", model="9B", shape="...", nbytes=..., launches=[lambda s: k[g, b, s](...)])]
+
+``launches`` is a list of callables taking a stream (a graph builder while capturing); the harness cycles
+through them (one per rotated weight copy). ``flops`` and ``peer`` (a callable returning milliseconds) are
+optional.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+REGISTRY: list = []
+
+
+@dataclass
+class Case:
+    name: str
+    model: str
+    shape: str
+    nbytes: int
+    launches: list
+    flops: int = 0
+    peer: object = None
+    peer_name: str = "torch bf16 matmul"
+    n_in_graph: int = 0
+    notes: str = ""
+    result: dict = field(default_factory=dict)
+
+
+def register(name):
+    def deco(fn):
+        REGISTRY.append((name, fn))
+        return fn
+
+    return deco
+
+
+SHAPES = {  # (hidden, intermediate, vocab)
+    "2B": (2048, 6144, 248320),
+    "9B": (4096, 12288, 248320),
+    "27B": (5120, 17408, 248320),
+}
+L2_DEFEAT_BYTES = 256 << 20
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _ctx():
+    import cupy as cp
+    import numpy as np
+    from numba import cuda
+
+    try:
+        import torch
+    except Exception:  # noqa: BLE001
+        torch = None
+
+    def rand_u32(shape):
+        a = cp.random.randint(0, 2**31 - 1, size=shape, dtype=cp.int64).astype(cp.uint32)
+        a ^= cp.random.randint(0, 2, size=shape, dtype=cp.int64).astype(cp.uint32) << cp.uint32(31)
+        return cuda.as_cuda_array(a), a
+
+    def rand_f32(shape, scale=1.0):
+        a = (cp.random.standard_normal(shape, dtype=cp.float32) * cp.float32(scale)).astype(cp.float32)
+        return cuda.as_cuda_array(a), a
+
+    def rand_bf16(shape, scale=0.02):
+        f = cp.random.standard_normal(shape, dtype=cp.float32) * cp.float32(scale)
+        a = (f.view(cp.uint32) >> cp.uint32(16)).astype(cp.uint16)
+        return cuda.as_cuda_array(a), a
+
+    return {"cuda": cuda, "cp": cp, "np": np, "torch": torch, "rand_u32": rand_u32, "rand_f32": rand_f32,
+            "rand_bf16": rand_bf16}
+
+
+def _copies(nbytes):
+    return max(1, min(40, -(-L2_DEFEAT_BYTES // max(1, nbytes))))
+
+
+def copy_bandwidth(ctx):
+    cp = ctx["cp"]
+    n = 1 << 30
+    a = cp.random.randint(0, 255, n, dtype=cp.uint8)
+    b = cp.empty_like(a)
+    cp.copyto(b, a)
+    cp.cuda.runtime.deviceSynchronize()
+    ts = []
+    for _ in range(5):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record()
+        for _ in range(10):
+            cp.copyto(b, a)
+        e1.record()
+        e1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(e0, e1) / 10)
+    ms = statistics.median(ts)
+    return 2 * n / (ms * 1e-3) / 1e9
+
+
+def time_case(case: Case, ctx):
+    """Median seconds per launch: graph replay if capture works, else back-to-back launches."""
+    cuda = ctx["cuda"]
+    for f in case.launches:  # warm: compile + run every variant
+        f(0)
+    cuda.synchronize()
+    n = case.n_in_graph or max(len(case.launches), 10)
+    try:
+        try:
+            from cuda.core import Device
+        except ImportError:  # older cuda.core
+            from cuda.core.experimental import Device
+        dev = Device()
+        dev.set_current()
+        stream = dev.create_stream()
+        gb = dev.create_graph_builder()
+        gb.begin_building()
+        for i in range(n):
+            case.launches[i % len(case.launches)](gb)
+        graph = gb.end_building().complete()
+        graph.launch(stream)
+        stream.sync()
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            graph.launch(stream)
+            stream.sync()
+            ts.append((time.perf_counter() - t0) / n)
+        return statistics.median(ts), "graph"
+    except Exception as e:  # noqa: BLE001
+        case.notes += f" graph capture failed ({type(e).__name__}: {str(e)[:120]}); timed back-to-back launches"
+        ts = []
+        for _ in range(5):
+            cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(n):
+                case.launches[i % len(case.launches)](0)
+            cuda.synchronize()
+            ts.append((time.perf_counter() - t0) / n)
+        return statistics.median(ts), "launch-loop"
+
+
+def torch_matmul_peer(ctx, R, out, inp):
+    torch = ctx["torch"]
+    if torch is None:
+        return None
+    nbytes = out * inp * 2
+    ncp = _copies(nbytes)
+    Ws = [torch.randn(out, inp, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(ncp)]
+    x = torch.randn(R, inp, device="cuda", dtype=torch.bfloat16)
+
+    def run():
+        for _ in range(3):
+            for W in Ws:
+                torch.matmul(x, W.t())
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(5):
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            reps = max(10, len(Ws))
+            e0.record()
+            for i in range(reps):
+                torch.matmul(x, Ws[i % len(Ws)].t())
+            e1.record()
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1) / reps)
+        del Ws[:]
+        return statistics.median(ts)
+
+    return run
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# part A cases
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True):
+    from tensorfold.kernels import affine as A
+
+    cuda = ctx["cuda"]
+    plan = A.plan_qgemv(out, inp, bits, group)
+    wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
+    ncp = _copies(wbytes)
+    mats = []
+    for _ in range(ncp):
+        P, _p = ctx["rand_u32"]((out, inp * bits // 32))
+        S, _s = ctx["rand_bf16"]((out, inp // group))
+        B, _b = ctx["rand_bf16"]((out, inp // group))
+        mats.append((P, S, B, _p, _s, _b))
+    x, _x = ctx["rand_f32"]((R, inp))
+    y = cuda.device_array((R, out), dtype="float32")
+    ws = cuda.device_array((plan.ks, R, out), dtype="float32") if plan.ks > 1 else None
+
+    def mk(m):
+        return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, plan, ws=ws, stream=s)
+
+    nbytes = wbytes + R * inp * 4 + R * out * 4
+    return Case(name=f"qgemv {bits}b g{group} {label}", model=model, shape=f"R={R} {out}x{inp} (tpb {plan.tpb}, ks {plan.ks})",
+                nbytes=nbytes, flops=2 * R * out * inp, launches=[mk(m) for m in mats],
+                peer=torch_matmul_peer(ctx, R, out, inp) if peer else None)
+
+
+@register("affine")
+def _affine_cases(ctx):
+    cases = []
+    for model, (H, I, V) in SHAPES.items():
+        for R in (1, 8):
+            cases.append(_qgemv_case(ctx, model, "gate/up", I, H, R))
+            cases.append(_qgemv_case(ctx, model, "down", H, I, R))
+            cases.append(_qgemv_case(ctx, model, "head", V, H, R, peer=(model != "27B" or R == 1)))
+    cases.append(_qgemv_case(ctx, "-", "tall-skinny", 2048, 12288, 1))
+    cases.append(_qgemv_case(ctx, "9B", "8-bit gate", 12288, 4096, 1, bits=8, group=64, peer=False))
+    cases.append(_qgemv_case(ctx, "9B", "6-bit gate", 12288, 4096, 1, bits=6, group=64, peer=False))
+    # dense bf16 gemv
+    from tensorfold.kernels import affine as A
+
+    cuda = ctx["cuda"]
+    for R in (1, 8):
+        out, inp = 12288, 4096
+        wb = out * inp * 2
+        mats = [ctx["rand_bf16"]((out, inp))[0] for _ in range(_copies(wb))]
+        x, _ = ctx["rand_f32"]((R, inp))
+        y = cuda.device_array((R, out), dtype="float32")
+        plan = A.plan_qgemv(out, inp, 16, 0)
+        w32 = [m.view("uint32") for m in mats]
+        cases.append(Case(name="dense bf16 gemv", model="9B", shape=f"R={R} {out}x{inp}", nbytes=wb + R * (inp + out) * 4,
+                          flops=2 * R * out * inp,
+                          launches=[(lambda s, w=w: A.launch_dense_gemv(w, x, y, plan, stream=s)) for w in w32],
+                          peer=torch_matmul_peer(ctx, R, out, inp)))
+    # prompt GEMM
+    for model, (H, I, V) in (("9B", SHAPES["9B"]),):
+        R, out, inp = 512, I, H
+        P, _p = ctx["rand_u32"]((out, inp // 8))
+        S, _s = ctx["rand_bf16"]((out, inp // 64))
+        B, _b = ctx["rand_bf16"]((out, inp // 64))
+        x, _x = ctx["rand_f32"]((R, inp))
+        y = cuda.device_array((R, out), dtype="float32")
+        keep = (_p, _s, _b, _x)
+        cases.append(Case(name="qgemm prompt 4b g64", model=model, shape=f"R={R} {out}x{inp}",
+                          nbytes=out * inp // 2 + R * (inp + out) * 4, flops=2 * R * out * inp,
+                          launches=[lambda s, keep=keep: A.launch_qgemm(P, S, B, x, y, 4, 64, stream=s)],
+                          peer=torch_matmul_peer(ctx, R, out, inp), n_in_graph=5))
+    return cases
+
+
+@register("elementwise")
+def _elementwise_cases(ctx):
+    from tensorfold.kernels import activations as Ak
+    from tensorfold.kernels import embedding as E
+    from tensorfold.kernels import norms as N
+
+    cuda = ctx["cuda"]
+    cases = []
+    for model, (H, I, V) in SHAPES.items():
+        R = 8
+        x, _a = ctx["rand_f32"]((R, H))
+        h, _b = ctx["rand_f32"]((R, H))
+        m, _c = ctx["rand_f32"]((H,))
+        y = cuda.device_array((R, H), dtype="float32")
+        cases.append(Case(name="add_rms_norm", model=model, shape=f"R={R} H={H}", nbytes=4 * R * H * 4 + H * 4,
+                          launches=[lambda s, x=x, h=h, m=m, y=y, k=(_a, _b, _c): N.launch_add_rms_norm(x, h, m, y, 1e-6, stream=s)],
+                          n_in_graph=50))
+        gu, _g = ctx["rand_f32"]((R, 2 * I))
+        ya = cuda.device_array((R, I), dtype="float32")
+        cases.append(Case(name="silu_mul fused", model=model, shape=f"R={R} I={I}", nbytes=3 * R * I * 4,
+                          launches=[lambda s, gu=gu, ya=ya, k=_g: Ak.launch_silu_mul_fused(gu, ya, stream=s)],
+                          n_in_graph=50))
+    P, _p = ctx["rand_u32"]((248320, 4096 // 8))
+    S, _s = ctx["rand_bf16"]((248320, 64))
+    B, _b = ctx["rand_bf16"]((248320, 64))
+    import numpy as np
+
+    ids = cuda.to_device(np.random.default_rng(0).integers(0, 248320, 8).astype(np.int32))
+    ye = cuda.device_array((8, 4096), dtype="float32")
+    cases.append(Case(name="embed 4b g64", model="9B", shape="8 ids H=4096", nbytes=8 * 4096 * (0.5 + 4) + 8 * 64 * 4,
+                      launches=[lambda s, k=(_p, _s, _b): E.launch_embed_affine(ids, P, S, B, ye, 4, 64, stream=s)],
+                      n_in_graph=50))
+    return cases
+
+
+@register("sample")
+def _sample_cases(ctx):
+    from tensorfold.kernels import sample as K
+
+    cuda = ctx["cuda"]
+    import numpy as np
+
+    cases = []
+    V = 248320
+    for n, (t, k, p) in ((1, (0.0, 0, 1.0)), (1, (0.8, 40, 0.95)), (8, (0.8, 0, 0.95))):
+        lg, _l = ctx["rand_f32"]((n, V), 3.0)
+        out = cuda.device_array(n, dtype="int32")
+        bufs = [cuda.to_device(np.full(n, t, np.float32)), cuda.to_device(np.full(n, k, np.int32)),
+                cuda.to_device(np.full(n, p, np.float32)), cuda.to_device(np.zeros(n, np.float32)),
+                cuda.to_device(np.arange(n, dtype=np.int64)), cuda.to_device(np.arange(n, dtype=np.int64))]
+        cases.append(Case(name="sample", model="-", shape=f"n={n} V={V} T={t} k={k} p={p}", nbytes=n * V * 4,
+                          launches=[lambda s, lg=lg, out=out, b=bufs, k_=_l: K.launch_sample(lg, out, *b, V, stream=s)],
+                          n_in_graph=20))
+    return cases
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--only", default="")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
+    try:
+        import bench_kernels_b  # noqa: F401  (registers part B's cases)
+    except ImportError as e:
+        if "bench_kernels_b" not in str(e):
+            print(f"bench_kernels_b import failed: {e!r}")
+    ctx = _ctx()
+    cuda = ctx["cuda"]
+    gpu = cuda.get_current_device().name
+    gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001
+        commit = "unknown"
+    commit = os.environ.get("TF_COMMIT", commit)
+    bw = copy_bandwidth(ctx)
+    print(f"GPU {gpu}  copy bandwidth {bw:.0f} GB/s (1 GiB d2d, read+write)", flush=True)
+    rows = []
+    for gname, fn in REGISTRY:
+        if args.only and args.only not in gname:
+            continue
+        try:
+            cases = fn(ctx)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            rows.append({"group": gname, "name": "(setup)", "error": repr(e)[:300]})
+            continue
+        for c in cases:
+            r = {"group": gname, "name": c.name, "model": c.model, "shape": c.shape, "bytes": int(c.nbytes)}
+            try:
+                sec, how = time_case(c, ctx)
+                r.update(us=sec * 1e6, gbs=c.nbytes / sec / 1e9, pct_copy=100 * c.nbytes / sec / 1e9 / bw, timing=how)
+                if c.flops:
+                    r["tflops"] = c.flops / sec / 1e12
+                if c.peer is not None:
+                    pm = c.peer()
+                    if pm:
+                        r["peer_us"] = pm * 1e3
+                        r["peer"] = c.peer_name
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                r["error"] = repr(e)[:300]
+            if c.notes:
+                r["notes"] = c.notes.strip()
+            rows.append(r)
+            c.launches = []
+            print(_fmt_row(r), flush=True)
+            try:
+                ctx["cp"].get_default_memory_pool().free_all_blocks()
+            except Exception:  # noqa: BLE001
+                pass
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    cmd = "NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py " + " ".join(argv or sys.argv[1:])
+    meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"kernels_{date}.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(args.out, f"kernels_{date}.md"), "w") as f:
+        f.write(f"# Kernel benchmarks {date}\n\nGPU: {gpu}; commit {commit}; copy ceiling {bw:.0f} GB/s "
+                f"(1 GiB device-to-device, read + write).\nCommand: `{cmd}`\n\n")
+        f.write("Times per kernel launch (graph replay unless noted), weights rotated over >= 256 MB of copies.\n\n")
+        f.write("| group | kernel | model | shape | us | GB/s | % copy | TFLOP/s | peer us | notes |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write("| " + " | ".join(_cells(r)) + " |\n")
+    print(f"wrote {args.out}/kernels_{date}.md")
+
+
+def _cells(r):
+    if "error" in r:
+        return [r["group"], r["name"], r.get("model", ""), r.get("shape", ""), "ERROR", "", "", "", "",
+                r["error"].replace("|", "/")]
+    return [r["group"], r["name"], r["model"], r["shape"], f"{r['us']:.1f}", f"{r['gbs']:.0f}",
+            f"{r['pct_copy']:.0f}", f"{r['tflops']:.2f}" if "tflops" in r else "",
+            f"{r['peer_us']:.1f}" if "peer_us" in r else "",
+            (r.get("timing", "") + " " + r.get("notes", "")).strip().replace("|", "/")]
+
+
+def _fmt_row(r):
+    return " | ".join(_cells(r))
+
+
+if __name__ == "__main__":
+    main()
