@@ -47,8 +47,11 @@ def generate_cmd(model, prompt, chat, system, thinking, max_tokens, temperature,
     except (TypeError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from None
 
-    engine = Engine.from_model(model, backend=backend, parallel=1, context=context, kv_cache=kv_cache,
-                               prompt_chunk=prompt_chunk)
+    try:
+        engine = Engine.from_model(model, backend=backend, parallel=1, context=context, kv_cache=kv_cache,
+                                   prompt_chunk=prompt_chunk)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # bad model path/id, checkpoint, backend choice
+        raise click.ClickException(f"cannot load {model or 'the default model'}: {exc}") from None
     click.echo(engine.summary(), err=True)
     tok = engine.tokenizer
     use_chat = chat if chat is not None else bool(getattr(tok, "chat_template", None))

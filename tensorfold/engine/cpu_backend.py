@@ -2,8 +2,8 @@
 
 Slow but exact: it is the backend on machines without a GPU and the oracle the cuda backend is compared with.
 Each slot's forward runs on its own State (no batching across slots), so a stream never depends on the others.
-The reference keeps K/V in float32: kv_cache="bf16" runs with that exact cache (the startup line says so);
-"fp8" is passed to the ReferenceModel and refused with a ValueError if it has no fp8 cache.
+`from_checkpoint` builds the ReferenceModel with the engine's kv_cache ("bf16": cached K/V rows rounded to bf16;
+"fp8": e4m3 with a row scale), the twins of the device caches; compute stays float32.
 """
 
 from __future__ import annotations
@@ -35,19 +35,10 @@ class CpuBackend(Backend):
 
     @classmethod
     def from_checkpoint(cls, checkpoint, engine_config) -> "CpuBackend":
+        """A ReferenceModel whose K/V cache rounds rows like the device cache (bf16, or e4m3 + row scale)."""
         from tensorfold.reference.model import ReferenceModel
 
-        kw = {}
-        if engine_config.kv_cache != "bf16":
-            kw["kv_cache"] = engine_config.kv_cache
-        try:
-            model = ReferenceModel(checkpoint, checkpoint.config, **kw)
-        except TypeError:
-            if kw:
-                raise ValueError(
-                    f"kv_cache={engine_config.kv_cache!r} is not supported by the cpu backend's reference model"
-                ) from None
-            raise
+        model = ReferenceModel(checkpoint, checkpoint.config, kv_cache=engine_config.kv_cache)
         return cls(model, engine_config.parallel, engine_config.context, kv_cache=engine_config.kv_cache)
 
     # -- slots --------------------------------------------------------------------------------------------------
@@ -99,8 +90,5 @@ class CpuBackend(Backend):
         return out
 
     def describe(self) -> dict:
-        # the reference keeps its K/V cache in its compute dtype unless it was built with an fp8 cache
-        kv = self.kv_cache
-        if kv == "bf16":
-            kv = np.dtype(getattr(self.model, "dtype", np.float32)).name + " (reference)"
+        kv = getattr(self.model, "kv_cache", None) or np.dtype(getattr(self.model, "dtype", np.float32)).name
         return {"backend": self.name, "kv_cache": kv}

@@ -22,7 +22,7 @@ def ref(tiny_dir):
     from tensorfold.reference.model import ReferenceModel
 
     ck = load_checkpoint(tiny_dir)
-    return ReferenceModel(ck, ck.config)
+    return ReferenceModel(ck, ck.config, kv_cache="bf16")  # the cache Engine.from_model(kv_cache="bf16") uses
 
 
 @pytest.fixture(scope="session")

@@ -59,3 +59,12 @@ def test_generate_default_model():
     r = CliRunner().invoke(main, ["generate", "--prompt", "Hello", "--max-tokens", "8", "--backend", "cpu"])
     out, _ = _check(r, 8)
     assert "tensorfold-default" in r.stderr
+
+
+def test_generate_load_errors_are_one_line(tiny_dir, tmp_path):
+    r = CliRunner().invoke(main, ["generate", str(tmp_path / "nope"), "-p", "hi"])
+    assert r.exit_code == 1 and "cannot load" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["generate", str(tiny_dir), "-p", "hi", "--backend", "cuda"])
+    assert r.exit_code == 1 and "cuda" in r.output
+    r = CliRunner().invoke(main, ["generate", str(tiny_dir), "-p", "hi", "--backend", "cpu", "--kv-cache", "fp8"])
+    assert r.exit_code == 0 and "kv cache fp8" in r.stderr

@@ -163,3 +163,22 @@ def test_sampled_tokens_equal_plain_loop_with_reference_sampler(tiny_dir, ref, v
             want.append(int(t))
             logits = ref.step(st, t)
         assert eng.generate(prompt, params) == want
+
+
+@pytest.mark.parametrize("kv", ["fp8", "bf16"])
+def test_kv_cache_formats_follow_their_reference_twin(tiny_dir, valid_vocab, kv):
+    """The cpu backend's cache format is the ReferenceModel's: greedy equals a step loop on a model with that cache,
+    and the fp8 cache really changes the logits (vs the exact cache)."""
+    from tensorfold.model.checkpoint import load_checkpoint
+    from tensorfold.reference.model import ReferenceModel
+
+    ck = load_checkpoint(tiny_dir)
+    twin, exact = ReferenceModel(ck, ck.config, kv_cache=kv), ReferenceModel(ck, ck.config)
+    prompt = rand_prompt(np.random.default_rng(8), 30, valid_vocab)
+    eng = Engine.from_model(tiny_dir, backend="cpu", parallel=1, kv_cache=kv, prompt_chunk=16)
+    assert f"kv cache {kv}" in eng.summary()
+    got = eng.generate(prompt, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    assert got == step_loop_greedy(twin, prompt, 8, valid_vocab)
+    s1, s2 = twin.new_state(), exact.new_state()
+    d = np.max(np.abs(twin.prompt(s1, prompt)[-1] - exact.prompt(s2, prompt)[-1]))
+    assert d > 0
