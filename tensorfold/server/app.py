@@ -27,7 +27,7 @@ from .reqlog import RequestLog
 
 log = logging.getLogger("tensorfold.server")
 
-OPEN_PATHS = ("/health", "/metrics")
+OPEN_PATHS = ("/health", "/metrics", "/version")
 KEYED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
 
 
@@ -88,6 +88,8 @@ class Server:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model:.+}", self.model_route)
+        app.router.add_get("/version", self.version)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_route)
         app.router.add_post("/tokenize", self.tokenize)
@@ -467,13 +469,32 @@ class Server:
         return resp
 
     # ------------------------------------------------------------------ other routes
-    async def models(self, request: web.Request):
-        self._require_ready()
+    def _model_cards(self) -> list[dict]:
         d = self.defaults
         created = int(time.time())
-        data = [{"id": n, "object": "model", "created": created, "owned_by": "tensorfold", "root": d.model_names[0],
+        return [{"id": n, "object": "model", "created": created, "owned_by": "tensorfold", "root": d.model_names[0],
                  "parent": None, "max_model_len": d.context} for n in d.model_names]
-        return json_response({"object": "list", "data": data})
+
+    async def models(self, request: web.Request):
+        self._require_ready()
+        return json_response({"object": "list", "data": self._model_cards()})
+
+    async def model_route(self, request: web.Request):
+        self._require_ready()
+        name = request.match_info["model"]
+        for card in self._model_cards():
+            if card["id"] == name:
+                return json_response(card)
+        raise P.ApiError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+
+    async def version(self, request: web.Request):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("tensorfold")
+        except PackageNotFoundError:
+            v = "unknown"
+        return json_response({"version": v})
 
     async def health(self, request: web.Request):
         if self.draining:

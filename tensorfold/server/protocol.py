@@ -279,6 +279,8 @@ def check_unsupported(body: dict, kind: str) -> None:
     if rp != 1.0:
         raise bad("'repetition_penalty' is not supported by this server (only 1)", "repetition_penalty",
                   code="not_supported")
+    if body.get("suffix"):
+        raise bad("'suffix' is not supported by this server", "suffix", code="not_supported")
     if body.get("echo"):
         raise bad("'echo' is not supported by this server", "echo", code="not_supported")
     if body.get("tools"):

@@ -169,8 +169,10 @@ def test_engine_fault_is_500_and_next_request_is_served():
 class DyingEngine(FaultyEngine):
     """has_unfinished() raises once armed: a failure outside step(), which ends the engine thread."""
 
+    dying = False
+
     def has_unfinished(self):
-        if self.armed:
+        if self.dying:
             raise RuntimeError("simulated scheduler bug")
         return self._inner.has_unfinished()
 
@@ -188,7 +190,7 @@ def test_engine_thread_death_fails_requests_cleanly():
                                                              "ignore_eos": True}, stream=True)
         lines = r.iter_lines()
         assert next(ln for ln in lines if ln).startswith(b"data: {")
-        holder["e"].armed = True
+        holder["e"].dying = True
         events = [ln[6:] for ln in lines if ln.startswith(b"data: ")]
         assert events[-1] == b"[DONE]"
         assert "simulated scheduler bug" in json.loads(events[-2])["error"]["message"]

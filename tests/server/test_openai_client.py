@@ -35,6 +35,10 @@ def test_models_lists_the_served_id_with_context(client, served):
     data = client.models.list().data
     assert data and data[0].id == served.server.defaults.model_names[0]
     assert data[0].model_extra["max_model_len"] == served.server.defaults.context
+    assert client.models.retrieve(data[0].id).id == data[0].id
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model-" + str(random.random()))
+    assert requests.get(served.url + "/version").json()["version"]
 
 
 def test_chat_non_stream_usage_and_engine_block(client, served, rng):
