@@ -167,10 +167,15 @@ class Server:
                 err = P.ApiError(e.status, e.reason or "HTTP error")
             resp = error_response(err)
             request["log"]["error"] = err.message
-        except (asyncio.CancelledError, ClientGone, ConnectionResetError):
+        except asyncio.CancelledError:
             request["log"]["error"] = "client disconnected"
             self._write_log(request, 499, t0)
             raise
+        except (ClientGone, ConnectionResetError):
+            # the client is gone: nothing can be sent; a plain response lets aiohttp close quietly (no traceback)
+            request["log"]["error"] = "client disconnected"
+            self._write_log(request, 499, t0)
+            return web.Response(status=499)
         except Exception as e:  # noqa: BLE001 - a bug in a handler must not take the server down
             log.error("unhandled error on %s:\n%s", request.path, traceback.format_exc())
             err = P.ApiError(500, f"internal server error: {type(e).__name__}")
