@@ -143,6 +143,54 @@ if not IS_SIM:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# simulator fix: numba-cuda's FakeCUDAShared.array looks up / creates a block's shared array per call site without
+# a lock, so two simulated threads reaching a `cuda.shared.array(...)` first at the same time can each create one
+# and then write to different arrays (seen as rare flaky results). Serialise the lookup-or-create.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _install_sim_shared_lock():
+    try:
+        import threading
+
+        from numba.cuda.simulator import kernelapi as _ka
+    except Exception:  # pragma: no cover
+        return False
+    cls = getattr(_ka, "FakeCUDAShared", None)
+    if cls is None or getattr(cls, "_tf_locked", False):
+        return cls is not None
+    orig = cls.array
+    lock = threading.RLock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0:
+            return orig(self, shape, dtype, alignment)
+        import sys
+        import traceback
+
+        caller = traceback.extract_stack(sys._getframe())[-2][0:2]
+        with lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                if isinstance(dtype, type) or isinstance(dtype, np.dtype) or isinstance(dtype, str):
+                    res = np.empty(shape, dtype)
+                else:
+                    from numba.cuda.np import numpy_support
+
+                    res = np.empty(shape, numpy_support.as_dtype(dtype))
+                self._allocations[caller] = res
+        return res
+
+    cls.array = array
+    cls._tf_locked = True
+    return True
+
+
+if IS_SIM:
+    _install_sim_shared_lock()
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # warp reductions
 # ----------------------------------------------------------------------------------------------------------------
 
