@@ -309,13 +309,18 @@ def gdn_prep(qkv, a, b, A_log, dt_bias, qn, kn, g_out, beta_out):
 
 def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
     """Per (chunk, value head, segment): cum [R, Hv] (inclusive cumsum of g in the chunk), P [R, Hv, CH]
-    ((Q̂K̂ᵀ)⊙Γ, row i's entries j <= i), U [R, Hv, Dv], Wm [R, Hv, Dk]. Shared: A 16 KiB + X 32 KiB."""
+    ((Q̂K̂ᵀ)⊙Γ, row i's entries j <= i), U [R, Hv, Dv], Wm [R, Hv, Dk]. Shared: A 16 KiB + X 32 KiB.
+
+    K̂K̂ᵀ and Q̂K̂ᵀ are register-tiled (thread = 8 rows x 4 columns) over 32-wide d slices staged in X
+    (transposed, X[dd, j]); the triangular solve keeps each thread's own column in X."""
     c = cuda.blockIdx.x
     hv = cuda.blockIdx.y
     seg = cuda.blockIdx.z
     tid = cuda.threadIdx.x
     A = cuda.shared.array((CH, CH), float32)
     Xs = cuda.shared.array((CH, NT), float32)
+    acc = cuda.local.array(32, float32)
+    kj = cuda.local.array(4, float32)
     n_all = seg_len[seg]
     r0 = seg_row0[seg] + c * CH
     n = min(CH, n_all - c * CH)
@@ -328,26 +333,49 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
     kh = hv // (Hv // Hk)
     voff = 2 * Hk * Dk + hv * Dv
     if tid == 0:
-        acc = float32(0.0)
+        cs = float32(0.0)
         for i in range(n):
-            acc += g[r0 + i, hv]
-            cum[r0 + i, hv] = acc
-    cuda.syncthreads()  # cum (global) is visible to the block after the barrier
-    # A (strictly lower, β_i k̂_i·k̂_j Γ_ij) and P (Q̂K̂ᵀ ⊙ Γ, j <= i)
-    for e in range(tid, n * n, NT):
-        i = e // n
-        j = e - i * n
-        if j <= i:
-            dkk = float32(0.0)
-            dqk = float32(0.0)
-            for d in range(Dk):
-                kj = kn[r0 + j, kh, d]
-                dkk = cuda.fma(kn[r0 + i, kh, d], kj, dkk)
-                dqk = cuda.fma(qn[r0 + i, kh, d], kj, dqk)
-            gam = float32(math.exp(cum[r0 + i, hv] - cum[r0 + j, hv]))
-            P[r0 + i, hv, j] = dqk * gam
-            if j < i:
-                A[i, j] = beta[r0 + i, hv] * dkk * gam
+            cs += g[r0 + i, hv]
+            cum[r0 + i, hv] = cs
+    i0 = (tid // 16) * 8
+    j0 = (tid % 16) * 4
+    for pas in range(2):  # 0: A = β k̂_i·k̂_j Γ (j < i); 1: P = q̂_i·k̂_j Γ (j <= i)
+        for e in range(32):
+            acc[e] = float32(0.0)
+        for d0 in range(0, Dk, 32):
+            cuda.syncthreads()
+            for e in range(tid, 32 * CH, NT):
+                j = e // 32
+                dd = e - j * 32
+                kv = float32(0.0)
+                lv = float32(0.0)
+                if j < n and d0 + dd < Dk:
+                    kv = kn[r0 + j, kh, d0 + dd]
+                    if pas == 0:
+                        lv = kv
+                    else:
+                        lv = qn[r0 + j, kh, d0 + dd]
+                Xs[dd, j] = kv
+                Xs[32 + dd, j] = lv
+            cuda.syncthreads()
+            for dd in range(32):
+                for jj in range(4):
+                    kj[jj] = Xs[dd, j0 + jj]
+                for ii in range(8):
+                    li = Xs[32 + dd, i0 + ii]
+                    for jj in range(4):
+                        acc[ii * 4 + jj] = cuda.fma(li, kj[jj], acc[ii * 4 + jj])
+        for ii in range(8):
+            i = i0 + ii
+            for jj in range(4):
+                j = j0 + jj
+                if i < n and j <= i:
+                    gam = float32(math.exp(cum[r0 + i, hv] - cum[r0 + j, hv]))
+                    if pas == 0:
+                        if j < i:
+                            A[i, j] = beta[r0 + i, hv] * acc[ii * 4 + jj] * gam
+                    else:
+                        P[r0 + i, hv, j] = acc[ii * 4 + jj] * gam
     cuda.syncthreads()
     # forward substitution, one column per thread (its own column of Xs): X_i = rhs_i - sum_{j<i} A_ij X_j
     for col in range(tid, Dv + Dk, NT):
@@ -365,16 +393,26 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
                 Wm[r0 + i, hv, col - Dv] = x
 
 
+RI = CH // NW  # chunk rows per thread in the inter pass
+KR = MAXDK // NW  # state rows per thread
+
+
 def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
-    """Sequential pass over a segment's chunks per (segment, value head, 32-column slice); state updated in place."""
+    """Sequential pass over a segment's chunks per (segment, value head, 32-column slice); state updated in place.
+    Thread (lane, warp) accumulates rows i ≡ warp (mod 4) of V' and O, and state rows k ≡ warp (mod 4), in
+    registers (k-outer / j-outer loops: one shared S or V' load feeds 16-32 fmas)."""
     seg = cuda.blockIdx.x
     hv = cuda.blockIdx.y
     sl = cuda.blockIdx.z
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
+    tid = ty * VS + tx
     S = cuda.shared.array((MAXDK, VS), float32)
     Vp = cuda.shared.array((CH, VS), float32)
+    Os = cuda.shared.array((CH, VS), float32)
     ec = cuda.shared.array(CH, float32)
+    dec = cuda.shared.array(CH, float32)
+    acc = cuda.local.array(RI, float32)
     n_all = seg_len[seg]
     slot = seg_slot[seg]
     if n_all <= 0 or slot < 0:
@@ -394,37 +432,63 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
     for c in range(nch):
         r0 = row00 + c * CH
         n = min(CH, n_all - c * CH)
+        cn = cum[r0 + n - 1, hv]
         cuda.syncthreads()
-        for i in range(ty * VS + tx, n, NT):
-            ec[i] = float32(math.exp(cum[r0 + i, hv]))
-        # V' = U - W S  (rows i ≡ ty mod NW)
+        for i in range(tid, n, NT):
+            ci = cum[r0 + i, hv]
+            ec[i] = float32(math.exp(ci))
+            dec[i] = float32(math.exp(cn - ci))
+        # V' = U - W S
+        for ii in range(RI):
+            acc[ii] = float32(0.0)
         if colok:
-            for i in range(ty, n, NW):
-                x = U[r0 + i, hv, col]
-                for k in range(Dk):
-                    x -= Wm[r0 + i, hv, k] * S[k, tx]
-                Vp[i, tx] = x
+            for k in range(Dk):
+                sv = S[k, tx]
+                for ii in range(RI):
+                    i = ty + NW * ii
+                    if i < n:
+                        acc[ii] = cuda.fma(Wm[r0 + i, hv, k], sv, acc[ii])
+            for ii in range(RI):
+                i = ty + NW * ii
+                if i < n:
+                    Vp[i, tx] = U[r0 + i, hv, col] - acc[ii]
         cuda.syncthreads()
         # O = (e^c q) S + P V'
+        for ii in range(RI):
+            acc[ii] = float32(0.0)
         if colok:
+            for k in range(Dk):
+                sv = S[k, tx]
+                for ii in range(RI):
+                    i = ty + NW * ii
+                    if i < n:
+                        acc[ii] = cuda.fma(qn[r0 + i, kh, k], sv, acc[ii])
+            for ii in range(RI):
+                i = ty + NW * ii
+                if i < n:
+                    Os[i, tx] = acc[ii] * ec[i]
             for i in range(ty, n, NW):
-                x = float32(0.0)
-                for k in range(Dk):
-                    x = cuda.fma(qn[r0 + i, kh, k], S[k, tx], x)
-                x *= ec[i]
+                x = Os[i, tx]
                 for j in range(i + 1):
                     x = cuda.fma(P[r0 + i, hv, j], Vp[j, tx], x)
                 o[r0 + i, hv, col] = x
         cuda.syncthreads()
         # S <- e^{c_n} S + (e^{c_n - c} K)^T V'
-        cn = cum[r0 + n - 1, hv]
         ecn = float32(math.exp(cn))
-        if colok:
-            for k in range(ty, Dk, NW):
-                x = float32(0.0)
+        for half in range(KR // RI):
+            for kk in range(RI):
+                acc[kk] = float32(0.0)
+            if colok:
                 for j in range(n):
-                    x = cuda.fma(float32(math.exp(cn - cum[r0 + j, hv])) * kn[r0 + j, kh, k], Vp[j, tx], x)
-                S[k, tx] = ecn * S[k, tx] + x
+                    vp = Vp[j, tx] * dec[j]
+                    for kk in range(RI):
+                        k = ty + NW * (half * RI + kk)
+                        if k < Dk:
+                            acc[kk] = cuda.fma(kn[r0 + j, kh, k], vp, acc[kk])
+                for kk in range(RI):
+                    k = ty + NW * (half * RI + kk)
+                    if k < Dk:
+                        S[k, tx] = cuda.fma(ecn, S[k, tx], acc[kk])
     cuda.syncthreads()
     if colok:
         for i in range(ty, Dk, NW):
