@@ -40,6 +40,10 @@ MAXHD = 256
 NPL = MAXHD // 32  # hd values per lane
 NPT = MAXHD // NT  # hd values per thread in the P.V pass
 ACCN = MAXG * NPT
+KU = 4  # keys per warp per score iteration
+KVN = KU * NPL
+VU = 8  # keys per P.V iteration
+VBN = VU * NPT
 
 
 def max_chunks(ctx: int) -> int:
@@ -88,7 +92,8 @@ def _make_partials(load, QUANT):
         kpos = cuda.shared.array(CW, int32)
         ksc = cuda.shared.array(CW, float32)
         vsc = cuda.shared.array(CW, float32)
-        kv = cuda.local.array(NPL, float32)
+        kv = cuda.local.array(KVN, float32)
+        vbuf = cuda.local.array(VBN, float32)
         acc = cuda.local.array(ACCN, float32)
         if IS_SIM:
             # the simulator's warp helpers allocate their shared buffer on first use without a lock: do that
@@ -130,28 +135,31 @@ def _make_partials(load, QUANT):
                     ksc[tid] = scale
                     vsc[tid] = float32(1.0)
             cuda.syncthreads()
-            # scores: one warp per key (uniform trip count so the simulator's warp reductions line up)
-            for it in range((n + NWARP - 1) // NWARP):
-                jj = it * NWARP + warp
-                valid = jj < n
-                pos = 0
-                if valid:
-                    pos = kpos[jj]
-                for i in range(NPL):
-                    d = lane + 32 * i
-                    kv[i] = float32(0.0)
-                    if valid and d < hd:
-                        kv[i] = load(k_cache, slot, pos, kvh, d)
+            # scores: a warp per key, KU keys per warp at once (loads in flight together); uniform trip count so
+            # the simulator's warp reductions line up
+            for it in range((n + KU * NWARP - 1) // (KU * NWARP)):
+                for u in range(KU):
+                    jj = (it * KU + u) * NWARP + warp
+                    pos = 0
+                    if jj < n:
+                        pos = kpos[jj]
+                    for i in range(NPL):
+                        d = lane + 32 * i
+                        kv[u * NPL + i] = float32(0.0)
+                        if jj < n and d < hd:
+                            kv[u * NPL + i] = load(k_cache, slot, pos, kvh, d)
                 for g in range(MAXG):
                     if g < G:
-                        part = float32(0.0)
-                        for i in range(NPL):
-                            d = lane + 32 * i
-                            if d < hd:
-                                part = cuda.fma(qs[g, d], kv[i], part)
-                        tot = warp_sum(part)
-                        if valid and lane == 0:
-                            sc[g, jj] = tot * ksc[jj]
+                        for u in range(KU):
+                            jj = (it * KU + u) * NWARP + warp
+                            part = float32(0.0)
+                            for i in range(NPL):
+                                d = lane + 32 * i
+                                if d < hd:
+                                    part = cuda.fma(qs[g, d], kv[u * NPL + i], part)
+                            tot = warp_sum(part)
+                            if jj < n and lane == 0:
+                                sc[g, jj] = tot * ksc[jj]
             cuda.syncthreads()
             # softmax stats: a warp per head
             for g0 in range(0, G, NWARP):
@@ -183,15 +191,25 @@ def _make_partials(load, QUANT):
             # P.V: threads over hd
             for e in range(MAXG * NPT):
                 acc[e] = float32(0.0)
-            for jj in range(n):
-                pos = kpos[jj]
-                for i in range(NPT):
-                    d = tid + NT * i
-                    if d < hd:
-                        vv = load(v_cache, slot, pos, kvh, d)
+            for jb in range(0, n, VU):  # VU keys' loads in flight together
+                for u in range(VU):
+                    jj = jb + u
+                    pos = 0
+                    if jj < n:
+                        pos = kpos[jj]
+                    for i in range(NPT):
+                        d = tid + NT * i
+                        vbuf[u * NPT + i] = float32(0.0)
+                        if jj < n and d < hd:
+                            vbuf[u * NPT + i] = load(v_cache, slot, pos, kvh, d)
+                for u in range(VU):
+                    jj = jb + u
+                    if jj < n:
                         for g in range(MAXG):
                             if g < G:
-                                acc[g * NPT + i] = cuda.fma(sc[g, jj], vv, acc[g * NPT + i])
+                                p = sc[g, jj]
+                                for i in range(NPT):
+                                    acc[g * NPT + i] = cuda.fma(p, vbuf[u * NPT + i], acc[g * NPT + i])
             for i in range(NPT):
                 d = tid + NT * i
                 if d < hd:
