@@ -191,12 +191,13 @@ def render(args, model: str, health: dict, rows: list[dict]) -> str:
              f"- server health: `{json.dumps(health)}`", "",
              "Definitions as `vllm bench serve`: TTFT send -> first content; TPOT (E2EL - TTFT)/(out - 1) per "
              "request; ITL every gap between content chunks, pooled; E2EL send -> last byte. Times in ms.", "",
-             "| conc | done/sent | mean in/out tok | req/s | out tok/s | total tok/s | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | "
-             "TPOT p90 | TPOT p99 | ITL p50 | ITL p90 | ITL p99 | E2EL p50 | E2EL p90 | E2EL p99 |",
+             "| conc | done/sent | mean in/out tok | req/s | out tok/s | total tok/s | TTFT p50 | TTFT p90 | "
+             "TTFT p99 | TPOT p50 | TPOT p90 | TPOT p99 | ITL p50 | ITL p90 | ITL p99 | E2EL p50 | E2EL p90 | "
+             "E2EL p99 |",
              "|" + "---|" * 18]
     for r in rows:
-        lines.append(f"| {r['concurrency']} | {r['completed']}/{r['requests']} | {r['mean_in']:.0f}/{r['mean_out']:.0f} | "
-                     f"{r['req_per_s']:.2f} | "
+        lines.append(f"| {r['concurrency']} | {r['completed']}/{r['requests']} | "
+                     f"{r['mean_in']:.0f}/{r['mean_out']:.0f} | {r['req_per_s']:.2f} | "
                      f"{r['out_tok_per_s']:.1f} | {r['total_tok_per_s']:.1f} | "
                      + " | ".join(f"{r[f'{m}_{s}']:.1f}" for m in ("ttft", "tpot", "itl", "e2el")
                                   for s in ("p50", "p90", "p99")) + " |")

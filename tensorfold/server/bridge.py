@@ -4,8 +4,9 @@ One thread owns the `Engine`: it builds it (so the HTTP server can answer `/heal
 then loops `engine.step()` while there is work and sleeps on a condition when idle. Handlers never call the
 engine themselves: `submit` queues an `add_request` for the thread and awaits its result (so a context-length
 refusal arrives before any stream opens), `cancel` queues an `engine.cancel`. Each `StepOutput` is pushed to the
-request's own mailbox (a deque plus a waiter future) with `loop.call_soon_threadsafe`. A fault inside `step()` is delivered to every live
-request as an `EngineFault` item and the thread carries on with the next request.
+request's own mailbox (a deque plus a waiter future) with `loop.call_soon_threadsafe`, one wake-up per round.
+A fault inside `step()` is delivered to every live request as an `EngineFault` item and the thread carries on
+with the next request; if the thread itself fails, live and later requests get a 500 and /health a 503.
 """
 
 from __future__ import annotations

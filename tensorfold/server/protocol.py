@@ -517,7 +517,8 @@ class ReasoningSplitter:
     """Splits a chat reply into (reasoning_content, content) at `<think>...</think>`, incrementally.
 
     Starts inside the reasoning when the rendered prompt already opened `<think>`; otherwise the reply enters
-    it only when its very first characters are `<think>` (nothing is held back once they cannot be). Text after `</think>` is content (leading newlines dropped).
+    it only when its very first characters are `<think>` (nothing is held back once they cannot be). Text after
+    `</think>` is content (leading newlines dropped).
     """
 
     def __init__(self, starts_in_reasoning: bool):

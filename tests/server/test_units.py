@@ -200,7 +200,8 @@ def test_chunk_writer_equals_the_generic_chunks():
     for kind in ("chat", "completion"):
         req = P.GenRequest(kind=kind, id="x-" + str(rng.random()), created=rng.randrange(1 << 31), model='m"\\ü',
                            prompt_ids=[1], max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0, seed=0,
-                           seed_given=False, stop=[], stop_token_ids=[], stream=True, include_usage=False, ignore_eos=False, draft=True)
+                           seed_given=False, stop=[], stop_token_ids=[], stream=True, include_usage=False,
+                           ignore_eos=False, draft=True)
         cw = P.ChunkWriter(req)
         for _ in range(50):
             text = "".join(rng.choice(['"', "\\", "\n", "a", "é", "🙂", "\x00", "</", "\u2028"])
