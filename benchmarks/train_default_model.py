@@ -67,13 +67,20 @@ def split_of(relpath: str) -> str:
     return "heldout" if h in (0, 1) else "valid" if h == 2 else "train"
 
 
-def collect_corpus(root: str, max_files: int | None = None) -> dict:
-    rootp = Path(root)
-    rels = sorted(
-        p.relative_to(rootp).as_posix()
-        for p in rootp.rglob("*.py")
-        if p.is_file() and not any(x in p.parts for x in ("site-packages", "dist-packages"))
-    )
+def collect_corpus(root: str, max_files: int | None = None, extra_roots: tuple[str, ...] = ()) -> dict:
+    """*.py files of the stdlib (site-/dist-packages excluded) and of each extra root. Keys: the path relative to
+    the stdlib root, or ``<extra root's name>/<relative path>`` for extra roots (the split hashes these keys)."""
+    paths: dict[str, Path] = {}
+    for r in (root, *extra_roots):
+        rp = Path(r)
+        prefix = "" if r == root else rp.name + "/"
+        for p in rp.rglob("*.py"):
+            rel = p.relative_to(rp)
+            if r == root and any(x in rel.parts for x in ("site-packages", "dist-packages")):
+                continue
+            if p.is_file():
+                paths.setdefault(prefix + rel.as_posix(), p)
+    rels = sorted(paths)
     if max_files:
         # a deterministic thin slice (every k-th file), so smoke runs still see all three splits sometimes
         k = max(1, len(rels) // max_files)
@@ -82,7 +89,7 @@ def collect_corpus(root: str, max_files: int | None = None) -> dict:
     skipped = []
     for rel in rels:
         try:
-            text = (rootp / rel).read_bytes().decode("utf-8")
+            text = paths[rel].read_bytes().decode("utf-8")
         except (UnicodeDecodeError, OSError):
             skipped.append(rel)
             continue
@@ -95,7 +102,8 @@ def collect_corpus(root: str, max_files: int | None = None) -> dict:
     if max_files and not out["valid"]:
         rel = next(iter(out["train"]))
         out["valid"][rel] = out["train"].pop(rel)
-    info = {"stdlib_root": root, "python": platform.python_version(), "skipped_non_utf8": len(skipped)}
+    info = {"stdlib_root": root, "extra_roots": list(extra_roots), "python": platform.python_version(),
+            "skipped_non_utf8": len(skipped)}
     for name, files in out.items():
         listing = "\n".join(files)
         info[name] = {
@@ -285,7 +293,7 @@ def check_and_patch_gdr(device: str) -> dict:
     cells = [c.cell_contents for c in (getattr(wrapped, "__closure__", None) or []) if callable(c.cell_contents)]
     info["transformers_dispatch_targets"] = sorted({f"{getattr(c, '__module__', '?')}" for c in cells})
     gen = torch.Generator(device="cpu").manual_seed(0)
-    B, T, Hk, Hv, D = 2, 150, 2, 4, 32
+    B, T, Hk, Hv, D = 2, 150, 4, 4, 32  # equal heads: older transformers expand k/q heads in the layer
     mk = lambda *s: torch.randn(*s, generator=gen).to(device)  # noqa: E731
     q, k, v = mk(B, T, Hk, D), mk(B, T, Hk, D), mk(B, T, Hv, D)
     beta = torch.sigmoid(mk(B, T, Hv))
@@ -373,6 +381,10 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny model, few files, 20 steps (CPU check)")
     p.add_argument("--stdlib", default=sysconfig.get_paths()["stdlib"])
     p.add_argument("--max-files", type=int, default=None)
+    p.add_argument("--extra-root", action="append", default=[],
+                   help="another directory of *.py files for the corpus (repeatable), e.g. a site-packages package")
+    p.add_argument("--no-keep-best", action="store_true",
+                   help="end with the last weights instead of the lowest-validation-loss ones")
     p.add_argument("--vocab", type=int, default=16384)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=8)
@@ -403,7 +415,7 @@ def main(argv=None) -> int:
         a.heads, a.kv_heads, a.head_dim = 2, 1, 64
         a.lin_k_heads, a.lin_v_heads, a.lin_head_dim = 1, 2, 64
         a.seq, a.batch, a.max_steps, a.warmup_steps = 128, 4, 20, 5
-        a.log_every, a.eval_every_s, a.train_seconds = 5, 1e9, 600.0
+        a.log_every, a.eval_every_s, a.train_seconds = 5, 0.0, 600.0
         a.chat_per_file = 1
 
     t_start = time.time()
@@ -430,7 +442,7 @@ def main(argv=None) -> int:
 
     # ---- corpus
     t = time.time()
-    corpus = collect_corpus(a.stdlib, a.max_files)
+    corpus = collect_corpus(a.stdlib, a.max_files, tuple(a.extra_root))
     files, cinfo = corpus["files"], corpus["info"]
     log(f"corpus {json.dumps(cinfo)} ({time.time() - t:.1f}s)")
     rng = random.Random(a.seed)
@@ -597,13 +609,25 @@ def main(argv=None) -> int:
                 vcurve.append({"step": step, "elapsed_s": round(now - t_train0, 2), "valid_loss": round(vl, 4)})
                 log(f"valid loss {vl:.4f} at step {step}")
                 if vl < best["valid_loss"]:
-                    best.update(valid_loss=vl, step=step, state=None)
+                    state = None
+                    if not a.no_keep_best:
+                        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                    best.update(valid_loss=vl, step=step, state=state)
                 t_last_eval = time.time()
                 t_prev_log = t_last_eval  # do not count eval time in throughput
     t_train = time.time() - t_train0
     final_valid = eval_loss(valid_w)
     vcurve.append({"step": step, "elapsed_s": round(t_train, 2), "valid_loss": round(final_valid, 4)})
     log(f"trained {step} steps, {tokens} tokens in {t_train:.1f}s; final valid loss {final_valid:.4f}")
+    epochs = tokens / len(train_ids)
+    if epochs > 4:
+        log(f"WARNING: {epochs:.1f} epochs over the training stream: expect overfitting (add --extra-root)")
+    kept = {"step": step, "valid_loss": final_valid}
+    if best["state"] is not None and best["valid_loss"] < final_valid:
+        model.load_state_dict(best["state"])
+        kept = {"step": best["step"], "valid_loss": best["valid_loss"]}
+        log(f"restored the lowest-validation-loss weights of step {best['step']} (valid {best['valid_loss']:.4f})")
+    best["state"] = None
 
     # ---- held-out (evaluated once, at the end) in fp32-weights+autocast and after the bf16 cast
     t = time.time()
@@ -662,7 +686,7 @@ def main(argv=None) -> int:
         "gated_delta_rule": {k: v for k, v in gdr_info.items() if not k.startswith("_")},
         "train": {
             "steps": step, "tokens": tokens, "epochs_over_train_stream": tokens / len(train_ids),
-            "wall_s": t_train, "loss_curve": curve, "valid_curve": vcurve,
+            "wall_s": t_train, "loss_curve": curve, "valid_curve": vcurve, "kept_weights": kept,
         },
         "heldout": {
             "tokens_scored": int(len(held_targets)), "loss": held_loss, "ppl": math.exp(held_loss),
