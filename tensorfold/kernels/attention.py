@@ -20,7 +20,8 @@ Launch geometry
 - ``attn_partials_<fmt>``: grid (R, nKV, nz), block 128 (4 warps); block (r, kv head, z) handles chunks
   z, z+nz, ... of row r for the G = nH/nKV query heads sharing the kv head. Scores: a warp per key, lanes over hd
   (lane + 32 i), one warp reduction per head; softmax stats per head by a warp; P·V with threads over hd.
-- ``attn_merge``: grid (R, nH), block 128 (threads over hd).
+- ``attn_merge``: grid (R, nH), block 128: block reductions for max and the weighted l sum, chunk weights in
+  shared memory (at most MAXNC = 4096 chunks = 262,144 keys a row), threads over hd.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ KU = 4  # keys per warp per score iteration
 KVN = KU * NPL
 VU = 8  # keys per P.V iteration
 VBN = VU * NPT
+MAXNC = 4096  # chunks a row may have (262,144 keys)
+MU = 8
 
 
 def max_chunks(ctx: int) -> int:
@@ -231,6 +234,8 @@ def attn_merge(m, l, acc, row_slot, nk, tmask, qg, use_gate, out):
     r = cuda.blockIdx.x
     h = cuda.blockIdx.y
     tid = cuda.threadIdx.x
+    ws = cuda.shared.array(MAXNC, float32)
+    red = cuda.shared.array(NT, float32)
     if row_slot[r] < 0:
         return
     hd = out.shape[2]
@@ -240,16 +245,42 @@ def attn_merge(m, l, acc, row_slot, nk, tmask, qg, use_gate, out):
         for d in range(tid, hd, NT):
             out[r, h, d] = float32(0.0)
         return
-    M = m[r, h, 0]
-    for c in range(1, nc):
-        M = max(M, m[r, h, c])
-    L = float32(0.0)
-    for c in range(nc):
-        L = cuda.fma(float32(math.exp(m[r, h, c] - M)), l[r, h, c], L)
+    # M = max_c m_c (block tree reduction, fixed order)
+    mx = float32(-math.inf)
+    for c in range(tid, nc, NT):
+        mx = max(mx, m[r, h, c])
+    red[tid] = mx
+    cuda.syncthreads()
+    st = NT // 2
+    while st > 0:
+        if tid < st:
+            red[tid] = max(red[tid], red[tid + st])
+        cuda.syncthreads()
+        st //= 2
+    M = red[0]
+    cuda.syncthreads()
+    # w_c = exp(m_c - M); L = sum_c w_c l_c
+    ls = float32(0.0)
+    for c in range(tid, nc, NT):
+        w = float32(math.exp(m[r, h, c] - M))
+        ws[c] = w
+        ls = cuda.fma(w, l[r, h, c], ls)
+    red[tid] = ls
+    cuda.syncthreads()
+    st = NT // 2
+    while st > 0:
+        if tid < st:
+            red[tid] += red[tid + st]
+        cuda.syncthreads()
+        st //= 2
+    L = red[0]
     for d in range(tid, hd, NT):
         x = float32(0.0)
-        for c in range(nc):
-            x = cuda.fma(float32(math.exp(m[r, h, c] - M)), acc[r, h, c, d], x)
+        for c0 in range(0, nc, MU):  # MU chunks' loads in flight together
+            for u in range(MU):
+                c = c0 + u
+                if c < nc:
+                    x = cuda.fma(ws[c], acc[r, h, c, d], x)
         x = x / L
         if use_gate != 0:
             gt = qg[r, h, hd + d]
