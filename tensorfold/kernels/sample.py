@@ -13,7 +13,7 @@ Steps per row: block argmax (ties -> lowest id); greedy if temperature <= 0. Oth
 atomics); min-p as ``w >= min_p``; then the inverse-CDF draw in id order: each thread sums a contiguous chunk of
 ids, thread 0 walks the chunk sums to the one holding ``u * Z``, that thread scans its chunk.
 
-Launch geometry: one block per row (grid-stride over rows), 1024 threads on the GPU (64 in the simulator);
+Launch geometry: one block per row (grid-stride over rows), 512 threads on the GPU (64 in the simulator);
 ``launch_sample`` picks it.
 """
 
@@ -28,7 +28,7 @@ from ._device import IS_SIM, devfn, warp_argmax, warp_sum, warp_sum_i
 
 __all__ = ["sample_k", "launch_sample", "COMPILE_SPECS", "HOT", "SAMPLE_TPB"]
 
-SAMPLE_TPB = 64 if IS_SIM else 1024
+SAMPLE_TPB = 64 if IS_SIM else 512  # 1024 x ~92 registers would exceed the 64K register file
 _INF = np.float32(np.inf)
 _BIG = 0x7FFFFFFF
 
