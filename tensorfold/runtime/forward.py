@@ -1,0 +1,508 @@
+"""The Qwen3.5 forward on the device over static buffers, for several streams at once (issue 4).
+
+Mirrors ``tensorfold.reference.model.ReferenceModel._forward`` (qwen35.md §3.2-3.5) in four modes; a forward is
+described on the host by a :class:`Batch` (rows of one or more streams, see the ``*_batch`` builders) whose
+int32 metadata is copied into a :class:`Meta` (one device array, fixed offsets) before the launches.
+
+- ``prompt``: a stream's chunk of rows; GEMMs (``affine.launch_qgemm``), the chunked delta rule, conv tails
+  committed per layer, K/V stored at their positions; committed.
+- ``step``: rows that are committed as they run -- one row per stream (decode) or windows of up to 16 rows
+  (``parent[r] = r - 1``); GEMVs (``affine.launch_qgemv``), the token recurrence with the state written back,
+  conv raw rows logged and the tails committed by one ``compact.conv_commit`` after the last layer.
+- ``verify``: windows or trees that are **not** committed: the recurrence logs (α, k̂, δ), conv logs raw rows,
+  K/V rows go to ``cache_idx`` (= committed length + row index); :meth:`Runner.commit` then keeps one path per
+  stream (``compact.gdn_commit``, ``conv_commit``, ``kv_compact``), equal to stepping the path bit for bit.
+
+:meth:`Runner.launch` issues launches only (no allocation, no host sync), so it can be captured into a CUDA graph
+(``runtime.graphs``). Every kernel computes a row independently of the others with geometry chosen from weight
+shapes (never from the row count), which is what makes window == steps and alone == batched bit for bit; the
+prompt path uses different kernels (GEMM, chunked delta rule) and agrees within rounding.
+
+Buffers (``Buffers``, float32, rows first; R = rows of the forward <= ``rows``):
+h, x [R, H] residual / normed; u [R, C + Vd + 2Hv] fused GDN input projection (or per-part buffers);
+y [R, C] conv output; o [R, Hv, Dv]; gn [R, Vd]; qg [R, nH*2hd]; kk, vv [R, nKV*hd]; q [R, nH, hd];
+att [R, nH, hd]; d [R, H]; gu [R, 2I]; mi [R, I]; xs [R, H] head rows; logits [R, V]; tok int32 [R];
+logs for verify/step rows: log_k [NLl, Rl, Hk, Dk], log_d [NLl, Rl, Hv, Dv], log_a [NLl, Rl, Hv],
+xlog [NLl, Rl, C]; xlog1 [R, C] (prompt conv tails); attention partials m, l [Ra, nH, NC], acc [Ra, nH, NC, hd].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import cuda
+
+from tensorfold.kernels._device import IS_SIM
+from tensorfold.kernels import affine, attention, compact, conv, delta_rule, kv8
+from tensorfold.reference import ops
+from tensorfold.runtime import glue
+
+__all__ = ["Batch", "Meta", "Buffers", "Runner", "step_batch", "window_batch", "tree_batch", "prompt_batch",
+           "MAX_WINDOW"]
+
+_SIM_BLOCKS = {"blocks": 1, "threads": 4} if IS_SIM else {}  # simulator: one small grid-stride block
+_SIM_B1 = {"blocks": 1} if IS_SIM else {}
+MAX_WINDOW = 16  # rows per stream in a window / tree (delta_rule.MAXR)
+GEMV_ROWS = 64  # rows per GEMV launch (split-K workspace is sized for this many)
+ROW_FIELDS = ("ids", "row_slot", "parent", "pos", "cache_idx", "nk", "tmask", "tbase")
+SEG_FIELDS = ("seg_row0", "seg_len", "seg_slot", "seg_commit", "seg_leaf", "seg_dst0")
+
+
+# ------------------------------------------------------------------------------------------------ host batches
+
+
+@dataclass
+class Batch:
+    """One forward's rows (host side). Row arrays int32 [R], segment arrays int32 [S], ``sel`` int32 [n_out]."""
+
+    mode: str
+    rows: dict
+    segs: dict
+    sel: np.ndarray
+    max_seg_len: int
+    max_keys: int  # the most keys any row sees (attention chunk-grid depth)
+    streams: list = field(default_factory=list)  # (slot, committed length before) per segment
+
+    @property
+    def R(self) -> int:
+        return int(self.rows["ids"].shape[0])
+
+    @property
+    def S(self) -> int:
+        return int(self.segs["seg_slot"].shape[0])
+
+    def pad(self, R: int, S: int) -> "Batch":
+        """The same batch with padding rows / segments (slot -1: nothing written) up to R rows and S segments."""
+        r0, s0 = self.R, self.S
+        if R < r0 or S < s0:
+            raise ValueError(f"pad: batch has {r0} rows / {s0} segments, more than {R} / {S}")
+        rows = {k: np.concatenate([v, np.full(R - r0, -1 if k in ("row_slot", "parent", "cache_idx") else 0,
+                                              np.int32)]) for k, v in self.rows.items()}
+        segs = {k: np.concatenate([v, np.full(S - s0, -1 if k in ("seg_slot", "seg_leaf") else 0, np.int32)])
+                for k, v in self.segs.items()}
+        sel = np.concatenate([self.sel, np.arange(r0 + (len(self.sel) - r0), R, dtype=np.int32)])[:R] \
+            if len(self.sel) == r0 else self.sel
+        return Batch(self.mode, rows, segs, sel.astype(np.int32), self.max_seg_len, self.max_keys, self.streams)
+
+
+def _i32(x):
+    return np.ascontiguousarray(np.asarray(x, dtype=np.int64).astype(np.int32))
+
+
+def _assemble(mode, per_stream, want_all_rows):
+    """per_stream: list of dicts with slot, T, ids, parents (local, -1 root), depth, tmask (local bits)."""
+    rows = {k: [] for k in ROW_FIELDS}
+    segs = {k: [] for k in SEG_FIELDS}
+    sel, streams = [], []
+    r0 = 0
+    max_len, max_keys = 0, 0
+    for s in per_stream:
+        n = len(s["ids"])
+        T = s["T"]
+        par = np.asarray(s["parents"], np.int64)
+        rows["ids"].append(s["ids"])
+        rows["row_slot"].append(np.full(n, s["slot"]))
+        rows["parent"].append(np.where(par >= 0, par + r0, -1))
+        rows["pos"].append(T + np.asarray(s["depth"]))
+        rows["cache_idx"].append(T + np.arange(n))
+        rows["nk"].append(s["nk"])
+        rows["tmask"].append(s["tmask"])
+        rows["tbase"].append(np.full(n, s.get("tbase", 0)))
+        segs["seg_row0"].append([r0])
+        segs["seg_len"].append([n])
+        segs["seg_slot"].append([s["slot"]])
+        segs["seg_commit"].append([1 if mode == "step" else 0])
+        segs["seg_leaf"].append([r0 + n - 1])
+        segs["seg_dst0"].append([T])
+        sel.append(np.arange(r0, r0 + n) if want_all_rows else [r0 + n - 1])
+        streams.append((s["slot"], T))
+        max_len = max(max_len, n)
+        max_keys = max(max_keys, T + n)
+        r0 += n
+    rows = {k: _i32(np.concatenate(v)) for k, v in rows.items()}
+    segs = {k: _i32(np.concatenate(v)) for k, v in segs.items()}
+    return Batch(mode, rows, segs, _i32(np.concatenate(sel)), max_len, max_keys, streams)
+
+
+def _chain(slot, T, ids):
+    n = len(ids)
+    return dict(slot=slot, T=T, ids=np.asarray(ids), parents=np.arange(n) - 1, depth=np.arange(n),
+                nk=T + np.arange(n) + 1, tmask=np.zeros(n, np.int64))
+
+
+def step_batch(slots, ids, lens) -> Batch:
+    """One row per stream: token ids[i] of stream slots[i] whose cache holds lens[i] tokens. Committed."""
+    return _assemble("step", [_chain(s, int(T), [t]) for s, t, T in zip(slots, ids, lens)], True)
+
+
+def window_batch(streams, commit=True) -> Batch:
+    """streams: list of (slot, ids, T): rows continue the committed T tokens, one after another.
+    commit=True: mode "step" (state advances by every row); False: mode "verify" (see :meth:`Runner.commit`)."""
+    for _, ids, _ in streams:
+        if not 1 <= len(ids) <= MAX_WINDOW:
+            raise ValueError(f"window: {len(ids)} rows per stream (1..{MAX_WINDOW})")
+    return _assemble("step" if commit else "verify", [_chain(s, int(T), ids) for s, ids, T in streams], True)
+
+
+def tree_batch(streams) -> Batch:
+    """streams: list of (slot, ids, parents, T); parents local (-1 = continues the committed state, else < i).
+    Row i sits at position T + depth(i), sees the committed cache plus its ancestors and itself. Mode "verify"."""
+    out = []
+    for slot, ids, parents, T in streams:
+        n = len(ids)
+        if not 1 <= n <= MAX_WINDOW:
+            raise ValueError(f"tree: {n} rows per stream (1..{MAX_WINDOW})")
+        par = np.asarray(parents, np.int64)
+        depth = np.zeros(n, np.int64)
+        mask = np.zeros(n, np.int64)
+        for i in range(n):
+            p = int(par[i])
+            if not -1 <= p < i:
+                raise ValueError(f"tree: parents[{i}] = {p} must be -1 or < {i}")
+            depth[i] = 0 if p < 0 else depth[p] + 1
+            mask[i] = (0 if p < 0 else mask[p]) | (1 << i)
+        tm = np.where(mask >= 2**31, mask - 2**32, mask)  # as int32 bits
+        out.append(dict(slot=slot, T=int(T), ids=np.asarray(ids), parents=par, depth=depth,
+                        nk=np.full(n, int(T)), tmask=tm, tbase=int(T)))
+    return _assemble("verify", out, True)
+
+
+def prompt_batch(streams, all_logits=False) -> Batch:
+    """streams: list of (slot, ids, T): prompt chunks continuing T committed tokens. Logits of the last row
+    of each stream (all rows with ``all_logits``)."""
+    return _assemble("prompt", [_chain(s, int(T), ids) for s, ids, T in streams], all_logits)
+
+
+# ------------------------------------------------------------------------------------------------ device meta
+
+
+class Meta:
+    """Static int32 device metadata for up to ``R`` rows and ``S`` segments, with named views.
+
+    ``write(batch)`` fills the pinned host copy and copies it to the device on ``stream`` (asynchronously);
+    kernels captured into a graph keep pointing at the same views."""
+
+    def __init__(self, R: int, S: int):
+        self.R, self.S = R, S
+        n = len(ROW_FIELDS) * R + len(SEG_FIELDS) * S + 2 * R
+        self.host = cuda.pinned_array(n, np.int32)
+        self.host[:] = 0
+        self.dev = cuda.device_array(n, np.int32)
+        self._off = {}
+        o = 0
+        for k in ROW_FIELDS + ("sel", "iota"):
+            self._off[k] = (o, R)
+            o += R
+        for k in SEG_FIELDS:
+            self._off[k] = (o, S)
+            o += S
+        o0 = self._off["iota"][0]
+        self.host[o0:o0 + R] = np.arange(R, dtype=np.int32)
+        self.dev.copy_to_device(self.host)
+
+    def view(self, name: str, n: int | None = None):
+        o, cap = self._off[name]
+        return self.dev[o:o + (cap if n is None else n)]
+
+    def write(self, b: Batch, stream=0) -> None:
+        if b.R > self.R or b.S > self.S or len(b.sel) > self.R:
+            raise ValueError(f"Meta: batch of {b.R} rows / {b.S} segments exceeds {self.R} / {self.S}")
+        h = self.host
+        for k in ROW_FIELDS:
+            o, _ = self._off[k]
+            h[o:o + b.R] = b.rows[k]
+        for k in SEG_FIELDS:
+            o, _ = self._off[k]
+            h[o:o + b.S] = b.segs[k]
+        o, _ = self._off["sel"]
+        h[o:o + len(b.sel)] = b.sel
+        self.dev.copy_to_device(h, stream=stream)
+
+
+# ------------------------------------------------------------------------------------------------ buffers
+
+
+class Buffers:
+    """Activation scratch for up to ``rows`` rows (``log_rows`` rows keep verify/step logs, ``att_rows`` rows
+    per attention launch)."""
+
+    def __init__(self, config, arena, rows: int, log_rows: int, ctx: int, att_rows: int, prompt_rows: int):
+        c = config
+        f = np.float32
+        H, I = c.hidden_size, c.intermediate_size
+        Hk, Hv, Dk, Dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, \
+            c.linear_value_head_dim
+        C = 2 * Hk * Dk + Hv * Dv
+        Vd = Hv * Dv
+        nH, nKV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        nll = max(1, len(c.linear_attention_layers))
+        V = c.vocab_size
+        R = rows
+        self.rows, self.log_rows, self.att_rows = rows, log_rows, att_rows
+        d = cuda.device_array
+        self.h, self.x, self.d, self.xs = d((R, H), f), d((R, H), f), d((R, H), f), d((R, H), f)
+        self.u = d((R, C + Vd + 2 * Hv), f)
+        self.y, self.xlog1 = d((R, C), f), d((R, C), f)
+        self.o, self.gn = d((R, Hv, Dv), f), d((R, Vd), f)
+        self.qg, self.kk, self.vv = d((R, nH * 2 * hd), f), d((R, nKV * hd), f), d((R, nKV * hd), f)
+        self.q, self.att = d((R, nH, hd), f), d((R, nH, hd), f)
+        self.gu, self.mi = d((R, 2 * I), f), d((R, I), f)
+        self.logits = d((R, V), f)
+        self.tok = d(R, np.int32)
+        L = log_rows
+        self.log_k, self.log_d = d((nll, L, Hk, Dk), f), d((nll, L, Hv, Dv), f)
+        self.log_a, self.xlog = d((nll, L, Hv), f), d((nll, L, C), f)
+        self.no_k, self.no_d, self.no_a = d((0, Hk, Dk), f), d((0, Hv, Dv), f), d((0, Hv), f)
+        self.no_x = d((0, C), f)
+        self.nc = attention.max_chunks(ctx)
+        self.m, self.l = d((att_rows, nH, self.nc), f), d((att_rows, nH, self.nc), f)
+        self.acc = d((att_rows, nH, self.nc, hd), f)
+        # split-K workspace: the largest ks * GEMV_ROWS * out over the GEMV linears
+        ws = 16
+        for ent in arena._lin.values():
+            p = ent["plan"]
+            if p.ks > 1:
+                ws = max(ws, p.ks * GEMV_ROWS * p.out)
+        self.ws = d(ws, f)
+        self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
+
+    @staticmethod
+    def nbytes(config, rows, log_rows, ctx, att_rows, prompt_rows) -> int:
+        c = config
+        H, I = c.hidden_size, c.intermediate_size
+        Hk, Hv, Dk, Dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, \
+            c.linear_value_head_dim
+        C = 2 * Hk * Dk + Hv * Dv
+        nH, nKV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        nll = max(1, len(c.linear_attention_layers))
+        per_row = 4 * H + (C + Hv * Dv + 2 * Hv) + 2 * C + 2 * Hv * Dv + nH * 2 * hd + 2 * nKV * hd \
+            + 2 * nH * hd + 3 * I + c.vocab_size + 1
+        log = nll * (Hk * Dk + Hv * Dv + Hv + C)
+        nc = attention.max_chunks(ctx)
+        att = nH * nc * (hd + 2)
+        chunk = 2 * Hk * Dk + Hv * (4 + delta_rule.CH + Dv + Dk)
+        return 4 * (rows * per_row + log_rows * log + att_rows * att + prompt_rows * chunk)
+
+
+# ------------------------------------------------------------------------------------------------ runner
+
+
+class Runner:
+    """The model on the device: weights (``Arena``), caches (``Caches``), buffers, and the launch sequence."""
+
+    def __init__(self, config, arena, caches, *, rows: int, log_rows: int, prompt_rows: int, att_rows: int):
+        self.c = c = config
+        self.arena, self.caches = arena, caches
+        self.eps = float(c.rms_norm_eps)
+        self.act = 0 if (getattr(c, "output_gate_type", "silu") or "silu") in ("silu", "swish") else 1
+        self.rotary_dim = int(c.head_dim * c.partial_rotary_factor)
+        self.scale = float(c.head_dim ** -0.5)
+        self.Hv, self.Dv = c.linear_num_value_heads, c.linear_value_head_dim
+        self.C = 2 * c.linear_num_key_heads * c.linear_key_head_dim + self.Hv * self.Dv
+        self.Vd = self.Hv * self.Dv
+        self.full_idx = {l: i for i, l in enumerate(c.full_attention_layers)}
+        self.lin_idx = {l: i for i, l in enumerate(c.linear_attention_layers)}
+        self.head = "lm_head" if arena.has_linear("lm_head") else "embed_tokens"
+        for ent in arena._lin.values():
+            if "plan" not in ent:
+                bits, group = (ent["bits"], ent["group"]) if ent["kind"] == "affine" else (16, 0)
+                ent["plan"] = affine.plan_qgemv(ent["out"], ent["in"], bits, group)
+        self.inv_freq = cuda.to_device(ops.rope_inv_freq(self.rotary_dim, c.rope_theta, np.float32))
+        self.buf = Buffers(c, arena, max(rows, prompt_rows), log_rows, caches.ctx, att_rows, prompt_rows)
+        self.rows_cap = max(rows, prompt_rows)
+        self.prompt_rows = prompt_rows
+        self.meta = Meta(self.rows_cap, max(1, caches.slots))
+        self.sim_gemv = True  # simulator: glue.gemv_simple instead of the (very slow to simulate) affine kernels
+
+    # ---------------------------------------------------------------------------------------------- pieces
+
+    def _linear(self, name, x, y, R, prompt, stream):
+        """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows)."""
+        ent = self.arena.linear(name)
+        if IS_SIM and self.sim_gemv:
+            glue.launch_gemv_simple(ent, x[:R], y[:R], stream=stream, blocks=1)
+            return
+        if prompt and ent["kind"] == "affine" and R > 16:
+            affine.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
+                                stream=stream, rows=R)
+            return
+        p = ent["plan"]
+        for r0 in range(0, R, GEMV_ROWS):
+            n = min(GEMV_ROWS, R - r0)
+            ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
+            if ent["kind"] == "affine":
+                affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
+                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n)
+            else:
+                affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
+                                         rows=n)
+
+    def _gdn(self, l, R, S, mode, b: "Batch|None", stream):
+        B, m, cc = self.buf, self.meta, self.caches
+        li = self.lin_idx[l]
+        pre = f"layers.{l}.linear_attn."
+        C, Vd, Hv = self.C, self.Vd, self.Hv
+        prompt = mode == "prompt"
+        if self.arena.has_linear(pre + "in_all"):
+            self._linear(pre + "in_all", B.x, B.u, R, prompt, stream)
+            u = B.u[:R]
+            qkv, z, bb, aa = u[:, :C], u[:, C:C + Vd], u[:, C + Vd:C + Vd + Hv], u[:, C + Vd + Hv:C + Vd + 2 * Hv]
+        else:  # formats differ: separate launches into contiguous column blocks of u viewed per part
+            outs = []
+            off = 0
+            for nm, w in (("in_proj_qkv", C), ("in_proj_z", Vd), ("in_proj_b", Hv), ("in_proj_a", Hv)):
+                blk = B.u.reshape(-1)[off * B.rows:(off + w) * B.rows].reshape((B.rows, w))
+                self._linear(pre + nm, B.x, blk, R, prompt, stream)
+                outs.append(blk[:R])
+                off += w
+            qkv, z, bb, aa = outs
+        rs, par = m.view("row_slot", R), m.view("parent", R)
+        seg = (m.view("seg_row0", S), m.view("seg_len", S), m.view("seg_slot", S))
+        tail = cc.conv[li]
+        xlog = B.xlog1[:R] if prompt else B.xlog[li]
+        conv.launch_conv(qkv, self.arena.vec(pre + "conv1d"), tail, rs, par, B.y[:R], xlog, stream=stream,
+                         **_SIM_BLOCKS)
+        if prompt:
+            compact.launch_conv_commit(cc.conv[li:li + 1], B.xlog1.reshape((1,) + tuple(B.xlog1.shape)), par,
+                                       m.view("seg_slot", S), m.view("seg_leaf", S), stream=stream,
+                                       **_SIM_B1)
+            delta_rule.launch_chunked(B.y[:R], aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"),
+                                      cc.rec[li], *seg, B.o[:R], B.chunk, max_rows_per_seg=b.max_seg_len,
+                                      stream=stream, prep_blocks=1 if IS_SIM else None)
+        else:
+            logs = (B.log_k[li], B.log_d[li], B.log_a[li]) if mode == "verify" else (B.no_k, B.no_d, B.no_a)
+            delta_rule.launch_recurrent(B.y[:R], aa, bb, self.arena.vec(pre + "A_log"),
+                                        self.arena.vec(pre + "dt_bias"), cc.rec[li], *seg,
+                                        m.view("seg_commit", S), par, B.o[:R], *logs, stream=stream)
+        glue.launch_gated_norm(B.o[:R], z, self.arena.vec(pre + "norm"), B.gn[:R], self.eps, self.act,
+                               stream=stream)
+        self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream)
+
+    def _attn(self, l, R, mode, b, stream):
+        B, m, cc, c = self.buf, self.meta, self.caches, self.c
+        fl = self.full_idx[l]
+        pre = f"layers.{l}.self_attn."
+        prompt = mode == "prompt"
+        nH, nKV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self._linear(pre + "q_proj", B.x, B.qg, R, prompt, stream)
+        self._linear(pre + "k_proj", B.x, B.kk, R, prompt, stream)
+        self._linear(pre + "v_proj", B.x, B.vv, R, prompt, stream)
+        qg = B.qg[:R].reshape((R, nH, 2 * hd))
+        ks, vs = cc.scale_layer(fl)
+        kv8.launch_qk_norm_rope_store(qg, B.kk[:R].reshape((R, nKV, hd)), B.vv[:R].reshape((R, nKV, hd)),
+                                      self.arena.vec(pre + "q_norm"), self.arena.vec(pre + "k_norm"),
+                                      self.inv_freq, m.view("pos", R), m.view("row_slot", R),
+                                      m.view("cache_idx", R), self.eps, B.q[:R], cc.k[fl], cc.v[fl], ks, vs,
+                                      stream=stream, row_blocks=1 if IS_SIM else None)
+        nz = B.nc if b is None else max(1, attention.max_chunks(b.max_keys))
+        Ra = B.att_rows
+        for r0 in range(0, R, Ra):
+            n = min(Ra, R - r0)
+            sl = slice(r0, r0 + n)
+            rs = m.view("row_slot", R)[sl]
+            nk, tm, tb = m.view("nk", R)[sl], m.view("tmask", R)[sl], m.view("tbase", R)[sl]
+            attention.launch_partials(B.q[sl], cc.k[fl], cc.v[fl], ks, vs, rs, nk, tm, tb, self.scale,
+                                      B.m[:n], B.l[:n], B.acc[:n], nz=nz, stream=stream)
+            attention.launch_merge(B.m[:n], B.l[:n], B.acc[:n], rs, nk, tm, qg[sl], 1, B.att[sl], stream=stream)
+        self._linear(pre + "o_proj", B.att.reshape((B.rows, nH * hd)), B.d, R, prompt, stream)
+
+    # ---------------------------------------------------------------------------------------------- forward
+
+    def launch(self, R: int, S: int, n_out: int, mode: str, *, batch: Batch | None = None, argmax: bool = False,
+               valid_vocab: int | None = None, stream=0) -> None:
+        """Issue the forward of the rows now in ``self.meta`` (R rows, S segments; logits of ``sel[:n_out]``).
+        Launches only. ``batch`` (eager only) lets prompt launches size their grids to the batch."""
+        B, m, c, a = self.buf, self.meta, self.c, self.arena
+        prompt = mode == "prompt"
+        glue.launch_embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream=stream)
+        glue.launch_rmsnorm_rows(B.h, a.vec("layers.0.input_layernorm"), m.view("iota", R), B.x[:R], self.eps,
+                                 stream=stream)
+        L = c.num_hidden_layers
+        for l, lt in enumerate(c.layer_types):
+            if lt == "linear_attention":
+                self._gdn(l, R, S, mode, batch, stream)
+            else:
+                self._attn(l, R, mode, batch, stream)
+            glue.launch_add_rmsnorm(B.h[:R], B.d[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
+                                    self.eps, stream=stream)
+            self._linear(f"layers.{l}.mlp.gate_up", B.x, B.gu, R, prompt, stream)
+            glue.launch_silu_mul(B.gu[:R], B.mi[:R], stream=stream)
+            self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
+            nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
+            glue.launch_add_rmsnorm(B.h[:R], B.d[:R], nxt, B.x[:R], self.eps, stream=stream)
+        if mode == "step" and self.lin_idx:
+            compact.launch_conv_commit(self.caches.conv, B.xlog, m.view("parent", R), m.view("seg_slot", S),
+                                       m.view("seg_leaf", S), stream=stream, **_SIM_B1)
+        if n_out:
+            glue.launch_gather(B.x, m.view("sel", n_out), B.xs[:n_out], stream=stream)
+            self._linear(self.head, B.xs, B.logits, n_out, False, stream)
+            if argmax:
+                glue.launch_argmax(B.logits[:n_out], valid_vocab or c.vocab_size, B.tok[:n_out], stream=stream)
+
+    def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, stream=0):
+        """Eager forward of ``batch``: write the metadata, launch, and (synchronously) return logits [n_out, V]
+        and/or argmax ids [n_out] as numpy (None where not asked)."""
+        if batch.mode == "step" or batch.mode == "verify":
+            if batch.R > self.buf.log_rows:
+                raise ValueError(f"{batch.mode}: {batch.R} rows exceed the {self.buf.log_rows} logged rows")
+        if batch.R > self.rows_cap:
+            raise ValueError(f"forward: {batch.R} rows exceed the {self.rows_cap} buffer rows")
+        self.meta.write(batch, stream=stream)
+        self._last = batch
+        n_out = len(batch.sel) if (logits or argmax) else 0
+        self.launch(batch.R, batch.S, n_out, batch.mode, batch=batch, argmax=argmax, valid_vocab=valid_vocab,
+                    stream=stream)
+        out_l = out_t = None
+        if logits and n_out:
+            out_l = self.buf.logits[:n_out].copy_to_host(stream=stream)
+        if argmax and n_out:
+            out_t = self.buf.tok[:n_out].copy_to_host(stream=stream)
+        if stream:
+            stream.synchronize()
+        else:
+            cuda.synchronize()
+        return out_l, out_t
+
+    def commit(self, batch: Batch, keep, stream=0) -> list[int]:
+        """Directly after the ``verify`` forward of ``batch`` (its logs and metadata are still there): keep, per segment, the
+        path ending at local row ``keep[s]`` (-1 = keep nothing) and make it the committed history. Returns the
+        number of rows kept per segment (the caller advances its lengths)."""
+        if batch.mode != "verify":
+            raise ValueError("commit: only a verify forward is committed afterwards")
+        if getattr(self, "_last", None) is not batch:
+            raise ValueError("commit: must directly follow the verify forward it commits (the logs are reused)")
+        S, R = batch.S, batch.R
+        leaf = np.full(S, -1, np.int32)
+        kept = []
+        par = batch.rows["parent"]
+        for s in range(S):
+            k = int(keep[s])
+            r0, n = int(batch.segs["seg_row0"][s]), int(batch.segs["seg_len"][s])
+            if k >= n:
+                raise ValueError(f"commit: keep[{s}] = {k} but the segment has {n} rows")
+            if k < 0:
+                kept.append(0)
+                continue
+            leaf[s] = r0 + k
+            d, x = 0, r0 + k
+            while x >= 0:
+                d += 1
+                x = int(par[x])
+            kept.append(d)
+        b2 = Batch(batch.mode, batch.rows, dict(batch.segs, seg_leaf=leaf), batch.sel, batch.max_seg_len,
+                   batch.max_keys, batch.streams)
+        self.meta.write(b2, stream=stream)
+        m, cc, B = self.meta, self.caches, self.buf
+        par_v, ss, lf = m.view("parent", R), m.view("seg_slot", S), m.view("seg_leaf", S)
+        if self.lin_idx:
+            compact.launch_gdn_commit(cc.rec, B.log_k, B.log_d, B.log_a, par_v, ss, lf, stream=stream)
+            compact.launch_conv_commit(cc.conv, B.xlog, par_v, ss, lf, stream=stream, **_SIM_B1)
+        if self.full_idx:
+            compact.launch_kv_compact(cc.k, cc.v, cc.k_scale, cc.v_scale, par_v, m.view("cache_idx", R), ss, lf,
+                                      m.view("seg_dst0", S), stream=stream)
+        if stream:
+            stream.synchronize()
+        else:
+            cuda.synchronize()
+        return kept
