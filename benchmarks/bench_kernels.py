@@ -213,7 +213,7 @@ def torch_matmul_peer(ctx, R, out, inp):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True):
+def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=None):
     from tensorfold.kernels import affine as A
 
     cuda = ctx["cuda"]
@@ -230,10 +230,11 @@ def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True):
     y = cuda.device_array((R, out), dtype="float32")
     ws = cuda.device_array((plan.ks, R, out), dtype="float32") if plan.ks > 1 else None
 
-    def mk(m):
-        return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, plan, ws=ws, stream=s)
+    def mk(m):  # m and _x keep the cupy buffers alive
+        return lambda s, m=m, keep=_x: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, plan, ws=ws, stream=s, no=no)
 
     nbytes = wbytes + R * inp * 4 + R * out * 4
+    label = label if no is None else f"{label} NO={no}"
     return Case(name=f"qgemv {bits}b g{group} {label}", model=model, shape=f"R={R} {out}x{inp} (tpb {plan.tpb}, ks {plan.ks})",
                 nbytes=nbytes, flops=2 * R * out * inp, launches=[mk(m) for m in mats],
                 peer=torch_matmul_peer(ctx, R, out, inp) if peer else None)
@@ -248,6 +249,11 @@ def _affine_cases(ctx):
             cases.append(_qgemv_case(ctx, model, "down", H, I, R))
             cases.append(_qgemv_case(ctx, model, "head", V, H, R, peer=(model != "27B" or R == 1)))
     cases.append(_qgemv_case(ctx, "-", "tall-skinny", 2048, 12288, 1))
+    for no in (8, 16):  # more weight rows per block (bytes in flight per thread) at batch 1
+        cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 1, no=no, peer=False))
+        cases.append(_qgemv_case(ctx, "9B", "down", 4096, 12288, 1, no=no, peer=False))
+        cases.append(_qgemv_case(ctx, "9B", "head", 248320, 4096, 1, no=no, peer=False))
+    cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 8, no=4, peer=False))
     cases.append(_qgemv_case(ctx, "9B", "8-bit gate", 12288, 4096, 1, bits=8, group=64, peer=False))
     cases.append(_qgemv_case(ctx, "9B", "6-bit gate", 12288, 4096, 1, bits=6, group=64, peer=False))
     # dense bf16 gemv
@@ -257,14 +263,15 @@ def _affine_cases(ctx):
     for R in (1, 8):
         out, inp = 12288, 4096
         wb = out * inp * 2
-        mats = [ctx["rand_bf16"]((out, inp))[0] for _ in range(_copies(wb))]
-        x, _ = ctx["rand_f32"]((R, inp))
+        mats = [ctx["rand_bf16"]((out, inp)) for _ in range(_copies(wb))]  # (numba view, cupy owner)
+        x, _xo = ctx["rand_f32"]((R, inp))
         y = cuda.device_array((R, out), dtype="float32")
         plan = A.plan_qgemv(out, inp, 16, 0)
-        w32 = [m.view("uint32") for m in mats]
-        cases.append(Case(name="dense bf16 gemv", model="9B", shape=f"R={R} {out}x{inp}", nbytes=wb + R * (inp + out) * 4,
-                          flops=2 * R * out * inp,
-                          launches=[(lambda s, w=w: A.launch_dense_gemv(w, x, y, plan, stream=s)) for w in w32],
+        w32 = [(m[0].view("uint32"), m[1]) for m in mats]
+        cases.append(Case(name="dense bf16 gemv", model="9B", shape=f"R={R} {out}x{inp} (tpb {plan.tpb})",
+                          nbytes=wb + R * (inp + out) * 4, flops=2 * R * out * inp,
+                          launches=[(lambda s, w=w, x=x, y=y, keep=_xo: A.launch_dense_gemv(w[0], x, y, plan, stream=s))
+                                    for w in w32],
                           peer=torch_matmul_peer(ctx, R, out, inp)))
     # prompt GEMM
     for model, (H, I, V) in (("9B", SHAPES["9B"]),):

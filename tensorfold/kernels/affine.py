@@ -99,10 +99,10 @@ def _scale_expr(arr: str, row: str, col: str, sk: str) -> str:
     return f"np.float32({arr}[{row}, {col}])"
 
 
-def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: str) -> str:
-    """Source of a qgemv kernel; bits == 16 means dense bf16 (no scales)."""
+def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: str, no: int | None = None) -> str:
+    """Source of a qgemv kernel; bits == 16 means dense bf16 (no scales); ``no`` weight rows per block."""
     dense = bits == 16
-    NO = _no(rb)
+    NO = _no(rb) if no is None else no
     nw = tpb // 32
     wpc = _words_per_chunk(bits, group)
     L = []
@@ -239,12 +239,12 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
             a("    if lane == 0:")
             a(f"        red[warp, {o * rb + r}] = v")
     a("    cuda.syncthreads()")
-    a(f"    if tid < {NO * rb}:")
-    a(f"        oo = tid // {rb}")
-    a(f"        rr = tid - oo * {rb}")
-    a("        tot = red[0, tid]")
+    a(f"    for t in range(tid, {NO * rb}, {tpb}):")
+    a(f"        oo = t // {rb}")
+    a(f"        rr = t - oo * {rb}")
+    a("        tot = red[0, t]")
     for w in range(1, nw):
-        a(f"        tot += red[{w}, tid]")
+        a(f"        tot += red[{w}, t]")
     a("        if o0 + oo < out and r0 + rr < R:")
     a("            y[kz, r0 + rr, o0 + oo] = tot")
     return "\n".join(L) + "\n"
@@ -323,19 +323,22 @@ def _build(name: str, src: str):
     return fn
 
 
-def get_qgemv_pyfunc(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16"):
+def get_qgemv_pyfunc(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16", no: int | None = None):
     """The generated Python function (for the compile tier); bits 16 = dense bf16."""
-    key = ("py", bits, group, rb, tpb, sk)
+    no = _no(rb) if no is None else no
+    key = ("py", bits, group, rb, tpb, sk, no)
     if key not in _KCACHE:
-        name = f"qgemv_b{bits}_g{group}_rb{rb}_t{tpb}_{sk}"
-        _KCACHE[key] = _build(name, _gen_gemv_source(name, bits, group, rb, tpb, sk))
+        suffix = "" if no == _no(rb) else f"_no{no}"
+        name = f"qgemv_b{bits}_g{group}_rb{rb}_t{tpb}_{sk}{suffix}"
+        _KCACHE[key] = _build(name, _gen_gemv_source(name, bits, group, rb, tpb, sk, no))
     return _KCACHE[key]
 
 
-def get_qgemv_kernel(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16"):
-    key = ("k", bits, group, rb, tpb, sk)
+def get_qgemv_kernel(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16", no: int | None = None):
+    no = _no(rb) if no is None else no
+    key = ("k", bits, group, rb, tpb, sk, no)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_qgemv_pyfunc(bits, group, rb, tpb, sk))
+        _KCACHE[key] = cuda.jit(get_qgemv_pyfunc(bits, group, rb, tpb, sk, no))
     return _KCACHE[key]
 
 
@@ -415,7 +418,8 @@ def _scale_kind(S) -> str:
     raise TypeError(f"qgemv: scales dtype {dt} (want uint16 bf16 bits, float16 or float32)")
 
 
-def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None):
+def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
+                 no: int | None = None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder."""
@@ -424,8 +428,9 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group)
     rb = _rb_for(R)
-    k = get_qgemv_kernel(bits, group, rb, plan.tpb, _scale_kind(S))
-    grid = (-(-out // _no(rb)), -(-R // rb), plan.ks)
+    no = _no(rb) if no is None else no
+    k = get_qgemv_kernel(bits, group, rb, plan.tpb, _scale_kind(S), no)
+    grid = (-(-out // no), -(-R // rb), plan.ks)
     if plan.ks == 1:
         y3 = y.reshape((1,) + tuple(y.shape))
         k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0))

@@ -99,3 +99,19 @@ def test_qgemm(bits, group):
     A.launch_qgemm(P, S, B, x, y, bits, group)
     ref, bound = _ref(x, P, S, B, bits, group)
     _check(y, ref, bound)
+
+
+def test_rows_per_block_variants_bit_identical():
+    """NO (weight rows per block) changes the geometry only, never a row's arithmetic."""
+    out, K = 19, 256
+    w = rng.standard_normal((out, K)).astype(np.float32)
+    P, S, B = quant.quantize(w, 4, 64)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    ys = []
+    for no in (2, 4, 8, 16):
+        y = np.full((3, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x, y, 4, 64, no=no)
+        ys.append(y)
+    assert all(np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)) for y in ys[1:])
+    ref, bound = _ref(x, P, S, B, 4, 64)
+    _check(ys[0], ref, bound)
