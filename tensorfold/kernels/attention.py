@@ -116,10 +116,12 @@ def _make_partials(load, QUANT):
         nc = (nkeys + CW - 1) // CW
         if cuda.blockIdx.z >= nc:
             return
-        for e in range(tid, G * hd, NT):
-            g = e // hd
-            d = e - g * hd
-            qs[g, d] = q[r, kvh * G + g, d]
+        for g in range(G):
+            for d in range(tid, MAXHD, NT):
+                qv = float32(0.0)
+                if d < hd:
+                    qv = q[r, kvh * G + g, d]
+                qs[g, d] = qv
         for c in range(cuda.blockIdx.z, nc, cuda.gridDim.z):
             cuda.syncthreads()
             base = c * CW
@@ -142,24 +144,17 @@ def _make_partials(load, QUANT):
             # the simulator's warp reductions line up
             for it in range((n + KU * NWARP - 1) // (KU * NWARP)):
                 for u in range(KU):
-                    jj = (it * KU + u) * NWARP + warp
-                    pos = 0
-                    if jj < n:
-                        pos = kpos[jj]
+                    # clamped indices: every load is issued without a branch, all before the first use
+                    pos = kpos[min((it * KU + u) * NWARP + warp, n - 1)]
                     for i in range(NPL):
-                        d = lane + 32 * i
-                        kv[u * NPL + i] = float32(0.0)
-                        if jj < n and d < hd:
-                            kv[u * NPL + i] = load(k_cache, slot, pos, kvh, d)
+                        kv[u * NPL + i] = load(k_cache, slot, pos, kvh, min(lane + 32 * i, hd - 1))
                 for g in range(MAXG):
                     if g < G:
                         for u in range(KU):
                             jj = (it * KU + u) * NWARP + warp
                             part = float32(0.0)
                             for i in range(NPL):
-                                d = lane + 32 * i
-                                if d < hd:
-                                    part = cuda.fma(qs[g, d], kv[u * NPL + i], part)
+                                part = cuda.fma(qs[g, lane + 32 * i], kv[u * NPL + i], part)  # qs is 0 past hd
                             tot = warp_sum(part)
                             if jj < n and lane == 0:
                                 sc[g, jj] = tot * ksc[jj]
@@ -196,15 +191,9 @@ def _make_partials(load, QUANT):
                 acc[e] = float32(0.0)
             for jb in range(0, n, VU):  # VU keys' loads in flight together
                 for u in range(VU):
-                    jj = jb + u
-                    pos = 0
-                    if jj < n:
-                        pos = kpos[jj]
+                    pos = kpos[min(jb + u, n - 1)]  # clamped: branch-free loads, all in flight together
                     for i in range(NPT):
-                        d = tid + NT * i
-                        vbuf[u * NPT + i] = float32(0.0)
-                        if jj < n and d < hd:
-                            vbuf[u * NPT + i] = load(v_cache, slot, pos, kvh, d)
+                        vbuf[u * NPT + i] = load(v_cache, slot, pos, kvh, min(tid + NT * i, hd - 1))
                 for u in range(VU):
                     jj = jb + u
                     if jj < n:

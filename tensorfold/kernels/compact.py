@@ -29,6 +29,7 @@ VS = 32
 NW = 4
 NT = VS * NW
 MAXDK = 128
+KR = MAXDK // NW
 MAXP = 64  # longest kept path
 MAXP1 = MAXP + 1
 MAXK = 8
@@ -66,8 +67,12 @@ def gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf):
     cuda.syncthreads()
     cnt = chain[MAXP]
     if col < Dv:
-        for i in range(ty, Dk, NW):
-            W[i, tx] = state[layer, slot, hv, i, col]
+        buf = cuda.local.array(KR, float32)
+        for t in range(KR):  # all loads in flight before the first use
+            buf[t] = state[layer, slot, hv, min(ty + NW * t, Dk - 1), col]
+        for t in range(KR):
+            if ty + NW * t < Dk:
+                W[ty + NW * t, tx] = buf[t]
         for t in range(cnt - 1, -1, -1):
             j = chain[t]
             al = log_a[layer, j, hv]

@@ -56,6 +56,22 @@ MAXR1 = MAXR + 1
 CH = 64  # chunk length of the chunked form
 
 _EPS = 1e-6
+KR = MAXDK // NW  # state rows per thread
+
+
+@cuda.jit(device=True)
+def load_state_slice(W, state, slot, hv, col, ty, tx):
+    """W[i, tx] = state[slot, hv, i, col] for this thread's rows i ≡ ty (mod NW): all KR loads are issued before
+    the first use (clamped indices, no branch around a load), so their latencies overlap."""
+    Dk = state.shape[2]
+    buf = cuda.local.array(KR, float32)
+    for t in range(KR):
+        i = min(ty + NW * t, Dk - 1)
+        buf[t] = state[slot, hv, i, col]
+    for t in range(KR):
+        i = ty + NW * t
+        if i < Dk:
+            W[i, tx] = buf[t]
 
 
 @cuda.jit(device=True)
@@ -137,8 +153,7 @@ def gdn_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot,
 
     # committed state slice -> shared
     if colok:
-        for i in range(ty, Dk, NW):
-            W[i, tx] = state[slot, hv, i, col]
+        load_state_slice(W, state, slot, hv, col, ty, tx)
     cur = int32(-1)
     for r in range(row0, row0 + n):
         li = r - row0
@@ -157,8 +172,7 @@ def gdn_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot,
             cuda.syncthreads()
             cnt = chain[MAXR]
             if colok:
-                for i in range(ty, Dk, NW):
-                    W[i, tx] = state[slot, hv, i, col]
+                load_state_slice(W, state, slot, hv, col, ty, tx)
                 for t in range(cnt - 1, -1, -1):
                     j = chain[t]
                     al = ahist[j]
@@ -394,7 +408,6 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
 
 
 RI = CH // NW  # chunk rows per thread in the inter pass
-KR = MAXDK // NW  # state rows per thread
 
 
 def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
@@ -426,8 +439,7 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
     col = sl * VS + tx
     colok = col < Dv
     if colok:
-        for i in range(ty, Dk, NW):
-            S[i, tx] = state[slot, hv, i, col]
+        load_state_slice(S, state, slot, hv, col, ty, tx)
     nch = (n_all + CH - 1) // CH
     for c in range(nch):
         r0 = row00 + c * CH
@@ -445,9 +457,8 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
             for k in range(Dk):
                 sv = S[k, tx]
                 for ii in range(RI):
-                    i = ty + NW * ii
-                    if i < n:
-                        acc[ii] = cuda.fma(Wm[r0 + i, hv, k], sv, acc[ii])
+                    ic = min(ty + NW * ii, n - 1)  # clamped: loads without a branch (extra rows unused)
+                    acc[ii] = cuda.fma(Wm[r0 + ic, hv, k], sv, acc[ii])
             for ii in range(RI):
                 i = ty + NW * ii
                 if i < n:
@@ -460,9 +471,8 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
             for k in range(Dk):
                 sv = S[k, tx]
                 for ii in range(RI):
-                    i = ty + NW * ii
-                    if i < n:
-                        acc[ii] = cuda.fma(qn[r0 + i, kh, k], sv, acc[ii])
+                    ic = min(ty + NW * ii, n - 1)
+                    acc[ii] = cuda.fma(qn[r0 + ic, kh, k], sv, acc[ii])
             for ii in range(RI):
                 i = ty + NW * ii
                 if i < n:
@@ -482,9 +492,8 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
                 for j in range(n):
                     vp = Vp[j, tx] * dec[j]
                     for kk in range(RI):
-                        k = ty + NW * (half * RI + kk)
-                        if k < Dk:
-                            acc[kk] = cuda.fma(kn[r0 + j, kh, k], vp, acc[kk])
+                        kc = min(ty + NW * (half * RI + kk), Dk - 1)
+                        acc[kk] = cuda.fma(kn[r0 + j, kh, kc], vp, acc[kk])
                 for kk in range(RI):
                     k = ty + NW * (half * RI + kk)
                     if k < Dk:
