@@ -38,7 +38,7 @@ from tensorfold.kernels import affine, attention, compact, conv, delta_rule, kv8
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
-__all__ = ["Batch", "Meta", "Buffers", "Runner", "step_batch", "window_batch", "tree_batch", "prompt_batch",
+__all__ = ["Batch", "Meta", "SampleMeta", "Buffers", "Runner", "step_batch", "window_batch", "tree_batch", "prompt_batch",
            "MAX_WINDOW"]
 
 _SIM_BLOCKS = {"blocks": 1, "threads": 4} if IS_SIM else {}  # simulator: one small grid-stride block
@@ -220,6 +220,44 @@ class Meta:
         self.dev.copy_to_device(h, stream=stream)
 
 
+class SampleMeta:
+    """Static device buffers of the sampler's per-row knobs (``kernels.sample.launch_sample``), rewritten from
+    ``SampleRow``s before each forward / replay."""
+
+    def __init__(self, R: int):
+        self.R = R
+        self.hf = cuda.pinned_array((3, R), np.float32)  # temperature, top_p, min_p
+        self.hi = cuda.pinned_array(R, np.int32)  # top_k
+        self.hl = cuda.pinned_array((2, R), np.int64)  # seed, position
+        self.hf[:] = 0
+        self.hi[:] = 0
+        self.hl[:] = 0
+        self.df = cuda.to_device(self.hf)
+        self.di = cuda.to_device(self.hi)
+        self.dl = cuda.to_device(self.hl)
+        self.n = R
+
+    def write(self, rows, stream=0) -> None:
+        n = len(rows)
+        if n > self.R:
+            raise ValueError(f"SampleMeta: {n} rows exceed {self.R}")
+        for i, r in enumerate(rows):
+            self.hf[0, i], self.hf[1, i], self.hf[2, i] = r.temperature, r.top_p, r.min_p
+            self.hi[i] = r.top_k
+            self.hl[0, i], self.hl[1, i] = r.seed, r.position
+        self.hf[0, n:] = 0.0  # padding rows: greedy
+        self.df.copy_to_device(self.hf, stream=stream)
+        self.di.copy_to_device(self.hi, stream=stream)
+        self.dl.copy_to_device(self.hl, stream=stream)
+
+    def launch(self, logits, out, valid_vocab, stream=0) -> None:
+        from tensorfold.kernels import sample as ks
+
+        n = logits.shape[0]
+        ks.launch_sample(logits, out, self.df[0, :n], self.di[:n], self.df[1, :n], self.df[2, :n], self.dl[0, :n],
+                         self.dl[1, :n], valid_vocab, stream=stream, max_blocks=1 if IS_SIM else None)
+
+
 # ------------------------------------------------------------------------------------------------ buffers
 
 
@@ -241,15 +279,16 @@ class Buffers:
         R = rows
         self.rows, self.log_rows, self.att_rows = rows, log_rows, att_rows
         d = cuda.device_array
-        self.h, self.x, self.d, self.xs = d((R, H), f), d((R, H), f), d((R, H), f), d((R, H), f)
+        self.out_rows = out_rows = max(1, min(R, log_rows))  # rows whose logits a forward may ask for
+        self.h, self.x, self.d, self.xs = d((R, H), f), d((R, H), f), d((R, H), f), d((out_rows, H), f)
         self.u = d((R, C + Vd + 2 * Hv), f)
         self.y, self.xlog1 = d((R, C), f), d((R, C), f)
         self.o, self.gn = d((R, Hv, Dv), f), d((R, Vd), f)
         self.qg, self.kk, self.vv = d((R, nH * 2 * hd), f), d((R, nKV * hd), f), d((R, nKV * hd), f)
         self.q, self.att = d((R, nH, hd), f), d((R, nH, hd), f)
         self.gu, self.mi = d((R, 2 * I), f), d((R, I), f)
-        self.logits = d((R, V), f)
-        self.tok = d(R, np.int32)
+        self.logits = d((out_rows, V), f)
+        self.tok = d(out_rows, np.int32)
         L = log_rows
         self.log_k, self.log_d = d((nll, L, Hk, Dk), f), d((nll, L, Hv, Dv), f)
         self.log_a, self.xlog = d((nll, L, Hv), f), d((nll, L, C), f)
@@ -276,13 +315,15 @@ class Buffers:
         C = 2 * Hk * Dk + Hv * Dv
         nH, nKV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         nll = max(1, len(c.linear_attention_layers))
-        per_row = 4 * H + (C + Hv * Dv + 2 * Hv) + 2 * C + 2 * Hv * Dv + nH * 2 * hd + 2 * nKV * hd \
-            + 2 * nH * hd + 3 * I + c.vocab_size + 1
+        per_row = 3 * H + (C + Hv * Dv + 2 * Hv) + 2 * C + 2 * Hv * Dv + nH * 2 * hd + 2 * nKV * hd \
+            + 2 * nH * hd + 3 * I
+        out_rows = max(1, min(rows, log_rows))
         log = nll * (Hk * Dk + Hv * Dv + Hv + C)
         nc = attention.max_chunks(ctx)
         att = nH * nc * (hd + 2)
         chunk = 2 * Hk * Dk + Hv * (4 + delta_rule.CH + Dv + Dk)
-        return 4 * (rows * per_row + log_rows * log + att_rows * att + prompt_rows * chunk)
+        return 4 * (rows * per_row + out_rows * (H + c.vocab_size + 1) + log_rows * log + att_rows * att
+                    + prompt_rows * chunk)
 
 
 # ------------------------------------------------------------------------------------------------ runner
@@ -313,6 +354,7 @@ class Runner:
         self.rows_cap = max(rows, prompt_rows)
         self.prompt_rows = prompt_rows
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
+        self.sample_meta = SampleMeta(self.buf.out_rows)
         self.sim_gemv = True  # simulator: glue.gemv_simple instead of the (very slow to simulate) affine kernels
 
     # ---------------------------------------------------------------------------------------------- pieces
@@ -339,7 +381,7 @@ class Runner:
                                          rows=n)
 
     def _gdn(self, l, R, S, mode, b: "Batch|None", stream):
-        B, m, cc = self.buf, self.meta, self.caches
+        B, m, cc = self.buf, self._m, self.caches
         li = self.lin_idx[l]
         pre = f"layers.{l}.linear_attn."
         C, Vd, Hv = self.C, self.Vd, self.Hv
@@ -380,7 +422,7 @@ class Runner:
         self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream)
 
     def _attn(self, l, R, mode, b, stream):
-        B, m, cc, c = self.buf, self.meta, self.caches, self.c
+        B, m, cc, c = self.buf, self._m, self.caches, self.c
         fl = self.full_idx[l]
         pre = f"layers.{l}.self_attn."
         prompt = mode == "prompt"
@@ -410,10 +452,13 @@ class Runner:
     # ---------------------------------------------------------------------------------------------- forward
 
     def launch(self, R: int, S: int, n_out: int, mode: str, *, batch: Batch | None = None, argmax: bool = False,
-               valid_vocab: int | None = None, stream=0) -> None:
-        """Issue the forward of the rows now in ``self.meta`` (R rows, S segments; logits of ``sel[:n_out]``).
-        Launches only. ``batch`` (eager only) lets prompt launches size their grids to the batch."""
-        B, m, c, a = self.buf, self.meta, self.c, self.arena
+               valid_vocab: int | None = None, sample: "SampleMeta | None" = None, meta: "Meta | None" = None,
+               stream=0) -> None:
+        """Issue the forward of the rows in ``meta`` (default ``self.meta``; R rows, S segments; logits of
+        ``sel[:n_out]``), then optionally the argmax or the sampler (``sample``: its rows' knobs) into
+        ``buf.tok``. Launches only. ``batch`` (eager only) lets prompt launches size their grids to the batch."""
+        self._m = m = meta or self.meta
+        B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
         glue.launch_embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream=stream)
         glue.launch_rmsnorm_rows(B.h, a.vec("layers.0.input_layernorm"), m.view("iota", R), B.x[:R], self.eps,
@@ -437,12 +482,20 @@ class Runner:
         if n_out:
             glue.launch_gather(B.x, m.view("sel", n_out), B.xs[:n_out], stream=stream)
             self._linear(self.head, B.xs, B.logits, n_out, False, stream)
-            if argmax:
+            if sample is not None:
+                sample.launch(B.logits[:n_out], B.tok[:n_out], valid_vocab or c.vocab_size, stream=stream)
+            elif argmax:
                 glue.launch_argmax(B.logits[:n_out], valid_vocab or c.vocab_size, B.tok[:n_out], stream=stream)
 
-    def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, stream=0):
+    def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, sample_rows=None, stream=0):
         """Eager forward of ``batch``: write the metadata, launch, and (synchronously) return logits [n_out, V]
-        and/or argmax ids [n_out] as numpy (None where not asked)."""
+        and/or token ids [n_out] (argmax, or drawn by the device sampler for ``sample_rows``, a list of
+        ``SampleRow``) as numpy (None where not asked)."""
+        sample = None
+        if sample_rows is not None:
+            sample = self.sample_meta
+            sample.write(sample_rows, stream=stream)
+            argmax = True
         if batch.mode == "step" or batch.mode == "verify":
             if batch.R > self.buf.log_rows:
                 raise ValueError(f"{batch.mode}: {batch.R} rows exceed the {self.buf.log_rows} logged rows")
@@ -451,8 +504,10 @@ class Runner:
         self.meta.write(batch, stream=stream)
         self._last = batch
         n_out = len(batch.sel) if (logits or argmax) else 0
+        if n_out > self.buf.out_rows:
+            raise ValueError(f"forward: {n_out} logits rows exceed the {self.buf.out_rows} output rows")
         self.launch(batch.R, batch.S, n_out, batch.mode, batch=batch, argmax=argmax, valid_vocab=valid_vocab,
-                    stream=stream)
+                    sample=sample, stream=stream)
         out_l = out_t = None
         if logits and n_out:
             out_l = self.buf.logits[:n_out].copy_to_host(stream=stream)

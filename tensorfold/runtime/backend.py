@@ -1,0 +1,202 @@
+"""CudaBackend: the engine's ``Backend`` on one NVIDIA GPU (issue 4), and ``create_backend`` the engine looks up.
+
+Startup: plan the weights (``arena.plan_arena``), caches (``caches.plan_caches``) and buffers for ``parallel``
+streams x ``context`` tokens; refuse a context that does not fit in free GPU memory with the largest one that
+does; upload the weights once (one allocation, progress bar), preallocate everything, compile and capture the
+decode graphs (``graphs.DecodeGraphs``); print one startup line (model, weight format, cache format, capacity,
+load time) to stderr.
+
+Serving: ``prefill`` runs prompt chunks of up to ``prompt_rows`` rows eagerly (GEMMs, chunked delta rule);
+``decode_sample`` replays the step graph of the smallest bucket >= the number of streams and samples on the
+device (``kernels.sample``: the counter-based draw of ``reference.sampling``), copying back only the ids;
+``decode`` / ``prefill`` return logits where the engine asks for them. Host policy stays in ``engine/``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+from numba import cuda
+
+from tensorfold.engine.backend import Backend, SampleRow
+from tensorfold.kernels._device import IS_SIM
+from tensorfold.runtime import forward as F
+from tensorfold.runtime.arena import Arena, plan_arena
+from tensorfold.runtime.caches import Caches, plan_caches
+from tensorfold.runtime.graphs import DecodeGraphs
+
+__all__ = ["CudaBackend", "create_backend", "plan_memory"]
+
+_MARGIN = 1 << 30  # left free for the CUDA context, modules and the graphs
+
+
+def _sizes(config, slots, prompt_rows):
+    rows = max(slots, min(slots * F.MAX_WINDOW, 256))
+    return dict(rows=rows, log_rows=rows, prompt_rows=prompt_rows, att_rows=min(64, max(rows, 16)))
+
+
+def plan_memory(tensors, config, slots: int, ctx: int, kv: str, prompt_rows: int) -> dict:
+    """Bytes needed by weights, caches and buffers (no allocation)."""
+    _, wbytes, _ = plan_arena(tensors, config)
+    cp = plan_caches(config, slots, ctx, kv)
+    sz = _sizes(config, slots, prompt_rows)
+    bb = F.Buffers.nbytes(config, max(sz["rows"], prompt_rows), sz["log_rows"], ctx, sz["att_rows"], prompt_rows)
+    return {"weights": wbytes, "caches": cp.total, "buffers": bb, "total": wbytes + cp.total + bb + _MARGIN}
+
+
+def _free_bytes():
+    try:
+        free, _total = cuda.current_context().get_memory_info()
+        return int(free)
+    except Exception:  # noqa: BLE001 -- the simulator has no memory info
+        return None
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self, tensors, config, *, parallel: int, context: int, kv_cache: str = "bf16",
+                 prompt_rows: int = 4096, use_graphs: bool = True, progress: bool = True, model_name: str = "model",
+                 valid_vocab: int | None = None):
+        t0 = time.time()
+        self.config = c = config
+        self.max_slots = int(parallel)
+        self.context = int(context)
+        self.kv_cache = kv_cache
+        self.vocab_size = int(c.vocab_size)
+        self.prompt_rows = int(prompt_rows)
+        need = plan_memory(tensors, c, self.max_slots, self.context, kv_cache, self.prompt_rows)
+        free = _free_bytes()
+        if free is not None and need["total"] > free:
+            fits = self._largest_context(tensors, free)
+            raise ValueError(
+                f"cuda backend: {self.max_slots} streams x {self.context} tokens need "
+                f"{need['total'] / 2**30:.1f} GiB (weights {need['weights'] / 2**30:.1f}, caches "
+                f"{need['caches'] / 2**30:.1f}, buffers {need['buffers'] / 2**30:.1f}, margin 1.0) but "
+                f"{free / 2**30:.1f} GiB are free; the largest context that fits is {fits} tokens")
+        self.arena = Arena.upload(tensors, c, progress=progress)
+        self.caches = Caches(c, self.max_slots, self.context, kv_cache)
+        sz = _sizes(c, self.max_slots, self.prompt_rows)
+        self.runner = F.Runner(c, self.arena, self.caches, **sz)
+        self.stream = cuda.stream()
+        self.graphs = DecodeGraphs(self.runner, self.max_slots, stream=self.stream, use_graphs=use_graphs,
+                                   valid_vocab=valid_vocab)
+        self._lens: dict[int, int] = {}
+        self.graphs.capture_all()
+        self.load_seconds = time.time() - t0
+        self.startup_line = (
+            f"tensorfold cuda: {model_name}, weights {self.arena.weight_format} "
+            f"({self.arena.nbytes / 2**30:.2f} GiB), kv cache {kv_cache}, capacity {self.max_slots} streams x "
+            f"{self.context} tokens, decode graphs {'on' if self.graphs.use_graphs else 'off'}"
+            f"{' (' + self.graphs.capture_error + ')' if self.graphs.capture_error else ''}, "
+            f"loaded in {self.load_seconds:.1f} s")
+        if progress:
+            print(self.startup_line, file=sys.stderr)
+
+    def _largest_context(self, tensors, free) -> int:
+        lo, hi = 0, self.context
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if plan_memory(tensors, self.config, self.max_slots, mid, self.kv_cache, self.prompt_rows)["total"] <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # -- slots --------------------------------------------------------------------------------------------------
+    def new_slot(self) -> int:
+        for s in range(self.max_slots):
+            if s not in self._lens:
+                self._lens[s] = 0
+                self.caches.reset(s, stream=self.stream)
+                return s
+        raise RuntimeError(f"cuda backend: all {self.max_slots} slots are in use")
+
+    def free(self, slot: int) -> None:
+        if self._lens.pop(slot, None) is None:
+            raise KeyError(f"cuda backend: slot {slot} is not in use")
+
+    def _len(self, slot):
+        try:
+            return self._lens[slot]
+        except KeyError:
+            raise KeyError(f"cuda backend: slot {slot} is not in use") from None
+
+    # -- forwards -----------------------------------------------------------------------------------------------
+    def _prefill(self, slot, ids, start_pos, want_logits, sample_row):
+        ids = [int(t) for t in ids]
+        if not ids:
+            raise ValueError("prefill: empty chunk")
+        if self._len(slot) != start_pos:
+            raise ValueError(f"prefill: slot {slot} holds {self._lens[slot]} tokens, chunk starts at {start_pos}")
+        if start_pos + len(ids) > self.context:
+            raise ValueError(f"prefill: {start_pos + len(ids)} tokens exceed the context of {self.context}")
+        out = None
+        pos = start_pos
+        for k in range(0, len(ids), self.prompt_rows):
+            chunk = ids[k:k + self.prompt_rows]
+            last = k + self.prompt_rows >= len(ids)
+            b = F.prompt_batch([(slot, chunk, pos)])
+            if last and sample_row is not None:
+                _, tok = self.runner.forward(b, logits=False, sample_rows=[sample_row], stream=self.stream)
+                out = int(tok[0])
+            else:
+                lg, _ = self.runner.forward(b, logits=last and want_logits, stream=self.stream)
+                if last and want_logits:
+                    out = lg[0]
+            pos += len(chunk)
+            self._lens[slot] = pos
+        return out
+
+    def prefill(self, slot: int, ids: Sequence[int], start_pos: int, want_logits: bool = True):
+        return self._prefill(slot, ids, start_pos, want_logits, None)
+
+    def prefill_sample(self, slot: int, ids: Sequence[int], start_pos: int, row: SampleRow) -> int:
+        return self._prefill(slot, ids, start_pos, False, row)
+
+    def _check_decode(self, slots, ids):
+        if len(slots) != len(ids):
+            raise ValueError(f"decode: {len(slots)} slots but {len(ids)} ids")
+        lens = [self._len(s) for s in slots]
+        for s, n in zip(slots, lens):
+            if n >= self.context:
+                raise ValueError(f"decode: slot {s} is full ({n} of {self.context} tokens)")
+        return lens
+
+    def decode(self, slots: Sequence[int], ids: Sequence[int]) -> np.ndarray:
+        lens = self._check_decode(slots, ids)
+        rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, n, self.vocab_size) for n in lens]
+        self.graphs.step(list(slots), [int(t) for t in ids], lens, rows)
+        for s in slots:
+            self._lens[s] += 1
+        return self.graphs.logits(len(slots))
+
+    def decode_sample(self, slots: Sequence[int], ids: Sequence[int], rows: Sequence[SampleRow]) -> list[int]:
+        if not slots:
+            return []
+        lens = self._check_decode(slots, ids)
+        out = self.graphs.step(list(slots), [int(t) for t in ids], lens, list(rows))
+        for s in slots:
+            self._lens[s] += 1
+        return [int(t) for t in out]
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "kv_cache": self.kv_cache, "weights_device": self.arena.weight_format,
+                "decode_graphs": self.graphs.use_graphs, "load_seconds": self.load_seconds}
+
+    def close(self) -> None:
+        self.graphs.graphs.clear()
+
+
+def create_backend(checkpoint, engine_config, **kw) -> CudaBackend:
+    """The engine's hook: a CudaBackend for ``checkpoint`` (a Checkpoint) with ``engine_config`` (EngineConfig)."""
+    name = str(getattr(checkpoint, "path", "model")).rstrip("/").split("/")[-1]
+    kw.setdefault("prompt_rows", max(512, min(4096, int(engine_config.prompt_chunk))))
+    return CudaBackend(checkpoint.tensors, checkpoint.config, parallel=engine_config.parallel,
+                       context=engine_config.context, kv_cache=engine_config.kv_cache, model_name=name, **kw)
+
+
+_ = IS_SIM
