@@ -363,7 +363,9 @@ def test_tokenizer_files_match_geometry(tmp_path):
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).endswith("<think>\n")
 
 
-def test_default_model_asset_is_tiny_4bit():
+def test_default_model_asset_is_a_loadable_4bit_checkpoint():
+    """The embedded default (the trained model of benchmarks/train_default_model.py) is MLX affine 4-bit with a
+    tokenizer whose ids fit the embedding."""
     from pathlib import Path
 
     import tensorfold
@@ -371,6 +373,6 @@ def test_default_model_asset_is_tiny_4bit():
 
     d = Path(tensorfold.__file__).parent / "assets" / "default"
     ck = load_checkpoint(d)
-    assert ck.config.hidden_size == 64 and ck.config.vocab_size == 512
-    assert (ck.tensors["embed_tokens"].bits, ck.tensors["embed_tokens"].group_size) == (4, 32)
-    assert Tokenizer.from_dir(d).vocab_size <= 512
+    assert ck.format == "mlx"
+    assert ck.tensors["embed_tokens"].bits == 4
+    assert Tokenizer.from_dir(d).vocab_size <= ck.config.vocab_size
