@@ -408,12 +408,35 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
 
 
 RI = CH // NW  # chunk rows per thread in the inter pass
+KT = 32  # columns of a staged tile
+TL = CH * KT // NT  # tile elements per thread
+KQ = KT // NW  # state rows per thread within a tile
+
+
+@cuda.jit(device=True)
+def _stage_tile(T, src, r0, n, h, k0, kdim, tid):
+    """T[i, kk] = src[r0 + i, h, k0 + kk] for i < CH, kk < KT; rows past n repeat row n-1 (callers ignore them),
+    columns past kdim are 0. All TL loads are issued before the first store (no branch around a load)."""
+    buf = cuda.local.array(TL, float32)
+    for t in range(TL):
+        e = tid + NT * t
+        i = e // KT
+        kk = e - i * KT
+        v = src[r0 + min(i, n - 1), h, min(k0 + kk, kdim - 1)]
+        if k0 + kk >= kdim:
+            v = float32(0.0)
+        buf[t] = v
+    for t in range(TL):
+        e = tid + NT * t
+        i = e // KT
+        T[i, e - i * KT] = buf[t]
 
 
 def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
     """Sequential pass over a segment's chunks per (segment, value head, 32-column slice); state updated in place.
-    Thread (lane, warp) accumulates rows i ≡ warp (mod 4) of V' and O, and state rows k ≡ warp (mod 4), in
-    registers (k-outer / j-outer loops: one shared S or V' load feeds 16-32 fmas)."""
+    Thread (lane, warp) owns value column lane and rows i ≡ warp (mod 4) of V' and O (register accumulators);
+    the chunk's W, Q̂, P and K̂ are staged in shared memory 32 columns at a time (coalesced, loads in flight
+    together), so each chunk costs a few load latencies instead of one per multiply."""
     seg = cuda.blockIdx.x
     hv = cuda.blockIdx.y
     sl = cuda.blockIdx.z
@@ -422,10 +445,11 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
     tid = ty * VS + tx
     S = cuda.shared.array((MAXDK, VS), float32)
     Vp = cuda.shared.array((CH, VS), float32)
-    Os = cuda.shared.array((CH, VS), float32)
+    Tl = cuda.shared.array((CH, KT), float32)
     ec = cuda.shared.array(CH, float32)
     dec = cuda.shared.array(CH, float32)
     acc = cuda.local.array(RI, float32)
+    sacc = cuda.local.array(KQ, float32)
     n_all = seg_len[seg]
     slot = seg_slot[seg]
     if n_all <= 0 or slot < 0:
@@ -453,51 +477,67 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
         # V' = U - W S
         for ii in range(RI):
             acc[ii] = float32(0.0)
-        if colok:
-            for k in range(Dk):
-                sv = S[k, tx]
+        for k0 in range(0, Dk, KT):
+            cuda.syncthreads()
+            _stage_tile(Tl, Wm, r0, n, hv, k0, Dk, tid)
+            cuda.syncthreads()
+            for kk in range(min(KT, Dk - k0)):
+                sv = S[k0 + kk, tx]
                 for ii in range(RI):
-                    ic = min(ty + NW * ii, n - 1)  # clamped: loads without a branch (extra rows unused)
-                    acc[ii] = cuda.fma(Wm[r0 + ic, hv, k], sv, acc[ii])
+                    acc[ii] = cuda.fma(Tl[ty + NW * ii, kk], sv, acc[ii])
+        if colok:
             for ii in range(RI):
                 i = ty + NW * ii
                 if i < n:
                     Vp[i, tx] = U[r0 + i, hv, col] - acc[ii]
-        cuda.syncthreads()
         # O = (e^c q) S + P V'
         for ii in range(RI):
             acc[ii] = float32(0.0)
-        if colok:
-            for k in range(Dk):
-                sv = S[k, tx]
+        for k0 in range(0, Dk, KT):
+            cuda.syncthreads()
+            _stage_tile(Tl, qn, r0, n, kh, k0, Dk, tid)
+            cuda.syncthreads()
+            for kk in range(min(KT, Dk - k0)):
+                sv = S[k0 + kk, tx]
                 for ii in range(RI):
-                    ic = min(ty + NW * ii, n - 1)
-                    acc[ii] = cuda.fma(qn[r0 + ic, kh, k], sv, acc[ii])
+                    acc[ii] = cuda.fma(Tl[ty + NW * ii, kk], sv, acc[ii])
+        for ii in range(RI):
+            acc[ii] = acc[ii] * ec[min(ty + NW * ii, n - 1)]
+        for j0 in range(0, n, KT):
+            cuda.syncthreads()
+            _stage_tile(Tl, P, r0, n, hv, j0, CH, tid)
+            cuda.syncthreads()
+            for jj in range(min(KT, n - j0)):
+                j = j0 + jj
+                vj = Vp[j, tx]
+                for ii in range(RI):
+                    pv = Tl[ty + NW * ii, jj]
+                    if j > ty + NW * ii:
+                        pv = float32(0.0)
+                    acc[ii] = cuda.fma(pv, vj, acc[ii])
+        if colok:
             for ii in range(RI):
                 i = ty + NW * ii
                 if i < n:
-                    Os[i, tx] = acc[ii] * ec[i]
-            for i in range(ty, n, NW):
-                x = Os[i, tx]
-                for j in range(i + 1):
-                    x = cuda.fma(P[r0 + i, hv, j], Vp[j, tx], x)
-                o[r0 + i, hv, col] = x
-        cuda.syncthreads()
-        # S <- e^{c_n} S + (e^{c_n - c} K)^T V'
+                    o[r0 + i, hv, col] = acc[ii]
+        # S <- e^{c_n} S + (e^{c_n - c} K)^T V'   (all reads of S above are done: barrier in the tile loop)
         ecn = float32(math.exp(cn))
-        for half in range(KR // RI):
-            for kk in range(RI):
-                acc[kk] = float32(0.0)
+        for k0 in range(0, Dk, KT):
+            cuda.syncthreads()
+            # tile of K̂ transposed into Tl[j, kk] = k̂[r0 + j, k0 + kk]
+            _stage_tile(Tl, kn, r0, n, kh, k0, Dk, tid)
+            cuda.syncthreads()
+            for q in range(KQ):
+                sacc[q] = float32(0.0)
+            for j in range(n):
+                vp = Vp[j, tx] * dec[j]
+                for q in range(KQ):
+                    sacc[q] = cuda.fma(Tl[j, ty + NW * q], vp, sacc[q])
             if colok:
-                for j in range(n):
-                    vp = Vp[j, tx] * dec[j]
-                    for kk in range(RI):
-                        kc = min(ty + NW * (half * RI + kk), Dk - 1)
-                        acc[kk] = cuda.fma(kn[r0 + j, kh, kc], vp, acc[kk])
-                for kk in range(RI):
-                    k = ty + NW * (half * RI + kk)
+                for q in range(KQ):
+                    k = k0 + ty + NW * q
                     if k < Dk:
-                        S[k, tx] = cuda.fma(ecn, S[k, tx], acc[kk])
+                        S[k, tx] = cuda.fma(ecn, S[k, tx], sacc[q])
     cuda.syncthreads()
     if colok:
         for i in range(ty, Dk, NW):
