@@ -387,7 +387,7 @@ def main():
     args = ap.parse_args()
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
-    day = datetime.datetime.utcnow().strftime("%Y-%m-%d")
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = args.out or os.path.join(ROOT, "benchmarks", "results", f"kernels_b_{day}.md")
     head = (f"# Kernel benchmarks, issue 3 part B ({day})\n\n"
             f"- GPU: {name}, commit {os.environ.get('TF_COMMIT', '?')}\n"
