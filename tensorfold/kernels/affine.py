@@ -23,8 +23,13 @@ block, split-K factor) is chosen from (out, in, bits, group) only, never from th
 at a time per block (RB = 1, 2, 4, 8 compiled variants; more rows use grid.y); the arithmetic per row is the same
 in each variant.
 
+Measured on the H200 (benchmarks/results/kernels_2026-11-30.md; copy ceiling 4.23 TB/s): 4-bit g64 at 1 row
+28-40 % of copy (9B gate 12288x4096 23.8 us, 9B head 248320x4096 337 us; torch bf16 matmul 30 / 480 us), i.e.
+instruction-bound on the decode (about 9 PTX instructions per weight), not yet the 70 % target; 8 rows 5.4x the
+1-row time (NO=4); dense bf16 at 1 row 73 % of copy (on par with torch); prompt GEMM 13.5 TFLOP/s fp32.
+
 Launch geometry (qgemv): grid ``(ceil(out / NO), ceil(R / RB), KS)``, block ``TPB`` threads (a multiple of 32,
-chosen so every thread gets whole 16-byte chunks of the row), ``NO = 4`` weight rows per block (2 for 4-8 rows); every thread
+chosen so every thread gets whole 16-byte chunks of the row), ``NO = 4`` weight rows per block (``no=`` overrides); every thread
 strides over the row's 16-byte chunks (coalesced 512 bytes per warp-load), keeps ``NO * RB`` accumulators in
 registers, then a warp butterfly and a fixed-order sum over the block's warps. Split-K (``KS > 1``, for
 tall-skinny shapes with too few blocks) writes partial sums to a workspace ``[KS, R, out]`` that
@@ -55,11 +60,11 @@ __all__ = [
     "HOT",
 ]
 
-NO = 4  # weight rows per block for 1-2 rows; 2 for 4-8 rows (register budget)
+NO = 4  # weight rows per block (measured on the H200: NO=8/16 no faster at 1 row; at 8 rows NO=4 beats NO=2 1.75x)
 
 
 def _no(rb: int) -> int:
-    return 4 if rb <= 2 else 2
+    return NO
 _MAGIC = 0x4B000000
 _POW2 = (2, 4, 8)
 _RB_VARIANTS = (1, 2, 4, 8)
