@@ -13,7 +13,9 @@ What it does
   GEMMs, and a peer time (torch bf16 ``matmul`` at the same shape, same rotation, CUDA events) where given.
 - Writes ``kernels_<UTC date>.md`` and ``.json`` (commit hash, GPU name, command) into ``--out``.
 
-Registry (for part B): in ``benchmarks/bench_kernels_b.py``::
+Part B's ``benchmarks/bench_kernels_b.py`` is imported when present: its self-timed ``ENTRIES`` =
+``[(name, fn(model) -> list[dict])]`` (dicts with name, model, shape, us, bytes, gbs, tflops) are run for 2B, 9B,
+27B and added to the same table (``--no-b`` skips them). Alternatively it can use the registry::
 
     from bench_kernels import register, Case
     @register("delta_rule")
@@ -354,13 +356,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--only", default="")
+    ap.add_argument("--no-b", action="store_true", help="skip part B's entries (benchmarks/bench_kernels_b.py)")
     args = ap.parse_args(argv)
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
-    try:
-        import bench_kernels_b  # noqa: F401  (registers part B's cases)
-    except ImportError as e:
-        if "bench_kernels_b" not in str(e):
-            print(f"bench_kernels_b import failed: {e!r}")
+    kb = None
+    if not args.no_b:
+        try:
+            import bench_kernels_b as kb  # registers part B's cases (register()) and/or exposes ENTRIES
+        except ImportError as e:
+            if "bench_kernels_b" not in str(e):
+                print(f"bench_kernels_b import failed: {e!r}")
     ctx = _ctx()
     cuda = ctx["cuda"]
     gpu = cuda.get_current_device().name
@@ -407,6 +412,35 @@ def main(argv=None):
                 ctx["cp"].get_default_memory_pool().free_all_blocks()
             except Exception:  # noqa: BLE001
                 pass
+    # part B's self-timed entries: ENTRIES = [(name, fn(model) -> list[dict(name, model, shape, us, bytes, gbs,
+    # pct_copy, tflops, ...)])]; % of copy is recomputed against this run's copy rate
+    for ename, fn in (getattr(kb, "ENTRIES", None) or []) if kb is not None else []:
+        if args.only and args.only not in ename:
+            continue
+        for model in SHAPES:
+            try:
+                res = fn(model) or []
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                rows.append({"group": ename, "name": "(entry)", "model": model, "error": repr(e)[:300]})
+                continue
+            for d in res:
+                r = {"group": ename, "name": str(d.get("name", ename)), "model": str(d.get("model", model)),
+                     "shape": str(d.get("shape", "")), "bytes": int(d.get("bytes") or 0)}
+                us = d.get("us")
+                if us:
+                    r["us"] = float(us)
+                    r["gbs"] = float(d.get("gbs") or (r["bytes"] / (us * 1e-6) / 1e9))
+                    r["pct_copy"] = 100 * r["gbs"] / bw
+                    r["timing"] = str(d.get("how", d.get("timing", "graph")))
+                    if d.get("tflops"):
+                        r["tflops"] = float(d["tflops"])
+                    if d.get("peer_us"):
+                        r["peer_us"] = float(d["peer_us"])
+                else:
+                    r["error"] = str(d.get("error", "no time"))
+                rows.append(r)
+                print(_fmt_row(r), flush=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     cmd = "NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py " + " ".join(argv or sys.argv[1:])
     meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd}
