@@ -30,6 +30,7 @@ __all__ = ["sample_k", "launch_sample", "COMPILE_SPECS", "HOT", "SAMPLE_TPB"]
 
 SAMPLE_TPB = 64 if IS_SIM else 512  # 1024 x ~92 registers would exceed the 64K register file
 _INF = np.float32(np.inf)
+_NAN = np.float32(np.nan)  # out-of-range slots: NaN never wins a comparison
 _BIG = 0x7FFFFFFF
 
 if IS_SIM:
@@ -112,11 +113,27 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
         # ---- argmax (NaN never wins; ties -> lowest id)
         bv = -_INF
         bi = np.int32(_BIG)
-        for i in range(tid, Vv, nthr):
-            v = logits[row, i]
-            if v > bv or (v == bv and i < bi):
-                bv = v
-                bi = np.int32(i)
+        # four loads in flight per thread (the pass is latency-bound on one SM); compared in increasing id order
+        for base in range(tid, Vv, 4 * nthr):
+            i1 = base + nthr
+            i2 = base + 2 * nthr
+            i3 = base + 3 * nthr
+            v0 = logits[row, base]
+            v1 = logits[row, i1] if i1 < Vv else _NAN
+            v2 = logits[row, i2] if i2 < Vv else _NAN
+            v3 = logits[row, i3] if i3 < Vv else _NAN
+            if v0 > bv or (v0 == bv and base < bi):
+                bv = v0
+                bi = np.int32(base)
+            if v1 > bv or (v1 == bv and i1 < bi):
+                bv = v1
+                bi = np.int32(i1)
+            if v2 > bv or (v2 == bv and i2 < bi):
+                bv = v2
+                bi = np.int32(i2)
+            if v3 > bv or (v3 == bv and i3 < bi):
+                bv = v3
+                bi = np.int32(i3)
         bv, bi = warp_argmax(bv, bi)
         if lane == 0:
             redv[warp] = bv

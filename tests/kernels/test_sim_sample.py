@@ -22,15 +22,16 @@ def _run(logits, temps, top_k, top_p, min_p, seeds, positions, valid):
 
 def test_greedy_ties_and_padding():
     V, valid = 300, 290
-    lg = rng.standard_normal((3, V)).astype(np.float32)
+    lg = rng.standard_normal((4, V)).astype(np.float32)
+    lg[3, :] = -np.inf  # every valid logit -inf: lowest id, never a padded one
     lg[0, 295] = 100.0  # padded id must be masked
     lg[1, 17] = lg[1, 5] = 50.0  # tie -> lowest id
     lg[2, :] = np.nan
     lg[2, 200] = 3.0
-    out = _run(lg, [0, 0, 0], [0] * 3, [1] * 3, [0] * 3, [1, 2, 3], [0, 0, 0], valid)
-    for r in range(3):
+    out = _run(lg, [0, 0, 0, 0.8], [0] * 4, [1] * 4, [0] * 4, [1, 2, 3, 4], [0, 0, 0, 0], valid)
+    for r in range(4):
         assert out[r] == S.sample(lg[r], 0.0, valid_vocab=valid)
-    assert out[1] == 5 and out[2] == 200 and out[0] < valid
+    assert out[1] == 5 and out[2] == 200 and out[0] < valid and out[3] == 0
 
 
 @pytest.mark.parametrize("case", [
