@@ -1,9 +1,6 @@
-"""Fixtures for the server tests: a real `Server` on a free loopback port, serving a real `Engine` (cpu backend).
-
-The engine is the embedded default model when `tensorfold/assets/default` is present; otherwise (while that
-asset is being built) a small deterministic recurrent toy LM on the cpu backend, with the tiny BPE tokenizer and
-the shipped Qwen3.5 chat template. Either way the whole server path runs: HTTP, validation, the engine thread,
-the real `Engine` scheduler and detokenizer.
+"""Fixtures for the server tests: a real `Server` on a free loopback port, serving a real `Engine` on the cpu
+backend with the embedded default model (one test also uses a toy LM with the Qwen3.5 thinking template). The
+whole path runs: HTTP, validation, the engine thread, the real scheduler, sampler and detokenizer.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ import asyncio
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,30 +17,6 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = REPO / "tensorfold" / "assets" / "default" / "config.json"
-
-
-def _ensure_sampler() -> None:
-    """A stand-in for tensorfold.reference.sampling until it lands (same signature, counter-keyed draws)."""
-    try:
-        import tensorfold.reference.sampling  # noqa: F401
-        return
-    except ImportError:
-        pass
-    import types
-
-    def sample(logits_row, temperature, top_k, top_p, min_p, seed, position, valid_vocab):
-        x = np.asarray(logits_row, np.float64)[:valid_vocab]
-        if temperature == 0:
-            return int(np.argmax(x))
-        p = np.exp((x - x.max()) / temperature)
-        p /= p.sum()
-        u = np.random.default_rng([seed, position]).random()
-        return int(min(np.searchsorted(np.cumsum(p), u), valid_vocab - 1))
-
-    mod = types.ModuleType("tensorfold.reference.sampling")
-    mod.sample = sample
-    sys.modules["tensorfold.reference.sampling"] = mod
 
 
 class ToyModel:
@@ -83,17 +55,12 @@ class ToyModel:
         return np.stack([self.step(state, t) for t in ids])
 
 
-def uses_default_model() -> bool:
-    return DEFAULT_MODEL.is_file()
-
-
 def build_engine(parallel: int = 4, context: int = 256, toy: bool = False):
-    """The embedded default model on the cpu backend; `toy` (or no default model yet): the toy LM with the tiny
-    tokenizer and the Qwen3.5 *thinking* template."""
-    _ensure_sampler()
+    """The embedded default model on the cpu backend; `toy`: the toy LM with the tiny tokenizer and the Qwen3.5
+    *thinking* template (the default model's template never thinks)."""
     from tensorfold.engine import Engine
 
-    if uses_default_model() and not toy:
+    if not toy:
         return Engine.from_model(None, backend="cpu", parallel=parallel, context=context)
     from tokenizers import Tokenizer as HFTokenizer
 

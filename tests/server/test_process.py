@@ -11,23 +11,18 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import openai
 import pytest
 import requests
 
-from conftest import REPO, uses_default_model
+from conftest import REPO
 
-HERE = Path(__file__).resolve().parent
 
 
 def serve_argv() -> list[str]:
-    """The installed `tensorfold serve` once the default model and the sampler are in the tree; until then the
-    same command through _serve.py (which supplies stand-ins)."""
-    if uses_default_model() and (REPO / "tensorfold" / "reference" / "sampling.py").is_file():
-        return [sys.executable, "-m", "tensorfold.cli", "serve"]
-    return [sys.executable, str(HERE / "_serve.py")]
+    """`tensorfold serve` (the package's click entry point, in this interpreter)."""
+    return [sys.executable, "-m", "tensorfold.cli", "serve"]
 
 
 class Proc:
@@ -177,7 +172,6 @@ def test_sigterm_idle_exits_zero():
         srv.close()
 
 
-@pytest.mark.skipif(not uses_default_model(), reason="the toy stand-in ignores MODEL")
 def test_missing_model_exits_nonzero_with_reason(tmp_path):
     srv = Proc(str(tmp_path / "no-such-model"), wait_ready=False)
     try:
