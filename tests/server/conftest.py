@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -125,9 +124,3 @@ def served():
     st.log_path = os.path.join(d, "requests.jsonl")
     yield st
     st.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
