@@ -72,8 +72,16 @@ class DecodeGraphs:
             self._core_stream = dev.create_stream(self.stream)
         gb = self._core_stream.create_graph_builder()
         gb.begin_building()
-        self._launch(b, gb)
+        try:
+            self._launch(b, gb)
+        except BaseException:
+            try:
+                gb.end_building()
+            except Exception:  # noqa: BLE001
+                pass
+            raise
         graph = gb.end_building().complete()
+        graph.upload(self._core_stream)
         self.graphs[b] = graph
 
     def capture_all(self) -> None:

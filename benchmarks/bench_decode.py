@@ -1,0 +1,204 @@
+"""Decode and prompt throughput of the cuda runtime on synth models, with each number's share of the roofline.
+
+    python benchmarks/bench_decode.py --geometry 2b --geometry 9b --out results.md
+
+For each geometry: writes ``write_synth(geometry, dir, bits=4, group_size=64)`` unless it exists, builds a
+``CudaBackend`` (decode graphs on), then
+- decode tok/s at 1, 8, 32 streams (prompts of 32 tokens, greedy on-device sampling, ``--steps`` timed graph
+  replays after 3 warm-up steps); roofline share = (bytes one step must read / measured copy bandwidth) / measured
+  step time, bytes = weights read per step (the embedding table only for its rows when untied) + recurrent state
+  and conv tails read and written per stream + K/V rows read;
+- prompt tok/s at 512, 4096, 16384 tokens (one stream, chunks of ``--prompt-rows``); share = the larger of the
+  memory floor (weights once per chunk) and the fp32-FMA floor (2 * params * tokens / 67 TFLOP/s, no tensor cores)
+  over the measured time.
+Copy bandwidth is measured in the same run (1 GiB device-to-device, bytes read + written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+FMA_FLOPS = 67e12
+
+
+def copy_bandwidth():
+    from numba import cuda
+
+    from tensorfold.kernels._device import IS_SIM
+
+    n = 1 << (20 if IS_SIM else 30)
+    a = cuda.device_array(n, np.uint8)
+    b = cuda.device_array(n, np.uint8)
+    b.copy_to_device(a)
+    cuda.synchronize()
+    reps = 10
+    t = time.perf_counter()
+    for _ in range(reps):
+        b.copy_to_device(a)
+    cuda.synchronize()
+    dt = (time.perf_counter() - t) / reps
+    del a, b
+    return 2 * n / dt
+
+
+def _sample_rows(lens, vocab):
+    from tensorfold.engine.backend import SampleRow
+
+    return [SampleRow(0.0, 0, 1.0, 0.0, 0, n, vocab) for n in lens]
+
+
+def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log):
+    from tensorfold.model.checkpoint import load_checkpoint
+    from tensorfold.model.synth import write_synth
+    from tensorfold.runtime.backend import CudaBackend
+    from tensorfold.runtime.caches import plan_caches
+
+    d = Path(root) / f"synth-{geom}-4bit-g64"
+    if not (d / "config.json").exists():
+        t = time.perf_counter()
+        write_synth(geom, d, bits=4, group_size=64)
+        log(f"[{geom}] wrote synth in {time.perf_counter() - t:.0f} s")
+    ck = load_checkpoint(d)
+    c = ck.config
+    ctx = max(prompts) + 64
+    nmax = max(streams)
+    t = time.perf_counter()
+    be = CudaBackend(ck.tensors, c, parallel=nmax, context=ctx, kv_cache="bf16", prompt_rows=prompt_rows,
+                     model_name=f"synth {geom}", progress=False)
+    log(f"[{geom}] {be.startup_line} (total {time.perf_counter() - t:.1f} s)")
+    rng = np.random.default_rng(0)
+    V = c.vocab_size
+    wbytes = be.arena.nbytes
+    if not c.tie_word_embeddings:
+        e = be.arena.linear("embed_tokens")
+        ebytes = sum(e[k].nbytes for k in ("W", "S", "B") if k in e) if e["kind"] == "affine" else e["W16"].nbytes
+        wbytes -= ebytes
+    cp = plan_caches(c, 1, 1, "bf16")
+    state_rw = 2 * cp.state_bytes
+    kv_tok = plan_caches(c, 1, 1024, "bf16").kv_bytes // 1024
+    params = sum(int(np.prod(w.shape)) for w in ck.tensors.values() if hasattr(w, "shape") and len(w.shape) == 2)
+    rows = []
+    for n in streams:
+        slots = [be.new_slot() for _ in range(n)]
+        toks = []
+        for s in slots:
+            ids = [int(x) for x in rng.integers(0, min(V, 240000), 32)]
+            toks.append(be.prefill_sample(s, ids, 0, _sample_rows([32], V)[0]))
+        for _ in range(3):
+            lens = [be._lens[s] for s in slots]
+            toks = be.decode_sample(slots, toks, _sample_rows(lens, V))
+        t = time.perf_counter()
+        for _ in range(steps):
+            lens = [be._lens[s] for s in slots]
+            toks = be.decode_sample(slots, toks, _sample_rows(lens, V))
+        dt = (time.perf_counter() - t) / steps
+        avg_len = np.mean([be._lens[s] for s in slots])
+        nbytes = wbytes + n * state_rw + n * avg_len * kv_tok
+        floor = nbytes / bw
+        rows.append(("decode", n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
+        log(f"[{geom}] decode {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
+            f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline")
+        for s in slots:
+            be.free(s)
+    # prompt: warm-up compiles the GEMM / chunked kernels
+    s = be.new_slot()
+    be.prefill(s, [int(x) for x in rng.integers(0, min(V, 240000), min(300, max(prompts)))], 0, want_logits=False)
+    be.free(s)
+    for L in prompts:
+        s = be.new_slot()
+        ids = [int(x) for x in rng.integers(0, min(V, 240000), L)]
+        t = time.perf_counter()
+        be.prefill(s, ids, 0, want_logits=True)
+        dt = time.perf_counter() - t
+        be.free(s)
+        nch = -(-L // prompt_rows)
+        mem_floor = (wbytes * nch + L * kv_tok) / bw
+        fma_floor = 2.0 * params * L / FMA_FLOPS
+        floor = max(mem_floor, fma_floor)
+        rows.append(("prompt", L, L / dt, dt * 1e3, None, floor / dt))
+        log(f"[{geom}] prompt {L:6d} tokens: {L / dt:9.1f} tok/s, {dt * 1e3:.1f} ms, "
+            f"{100 * floor / dt:.1f} % of roofline (fp32-FMA floor {fma_floor * 1e3:.1f} ms)")
+    be.close()
+    del be
+    return rows, wbytes
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--geometry", action="append", default=None)
+    ap.add_argument("--root", default="/tmp")
+    ap.add_argument("--streams", default="1,8,32")
+    ap.add_argument("--prompts", default="512,4096,16384")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--prompt-rows", type=int, default=4096)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds; skip geometries once exceeded")
+    ap.add_argument("--tests", default=None, help="pytest arguments to run first in this process (the GPU tier "
+                    "shares the compiled kernels with the benchmark), e.g. '-m gpu tests/runtime -s'")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    test_rc = None
+    if a.tests:
+        import shlex
+
+        import pytest
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        test_rc = pytest.main(shlex.split(a.tests))
+        print(f"pytest exit code {int(test_rc)} after {time.perf_counter() - t0:.0f} s", flush=True)
+    geoms = a.geometry or ["2b", "9b"]
+    streams = [int(x) for x in a.streams.split(",")]
+    prompts = [int(x) for x in a.prompts.split(",")]
+    lines = []
+
+    def log(msg):
+        print(msg, flush=True)
+        lines.append(msg)
+
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = getattr(dev, "name", "simulator")
+    gpu = name.decode() if isinstance(name, bytes) else str(name)
+    bw = copy_bandwidth()
+    log(f"GPU {gpu}; measured device copy {bw / 1e12:.2f} TB/s (read + write)")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        commit = "?"
+    table = []
+    for g in geoms:
+        if time.perf_counter() - t0 > a.budget:
+            log(f"[{g}] skipped: time budget of {a.budget:.0f} s spent")
+            continue
+        rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log)
+        table += [(g,) + r for r in rows]
+    md = [f"# decode / prompt throughput, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+          f"- commit `{commit}`, GPU {gpu}, python {platform.python_version()}",
+          f"- command: `python {' '.join([sys.argv[0]] + (argv or sys.argv[1:]))}`",
+          f"- GPU tests (`{a.tests}`): exit code {None if test_rc is None else int(test_rc)}" if a.tests else "",
+          f"- measured copy bandwidth {bw / 1e12:.2f} TB/s; weights MLX affine 4-bit g64 synth (random), bf16 KV",
+          "", "| model | mode | streams / tokens | tok/s | ms | GB read / step | % of roofline |",
+          "|---|---|---|---|---|---|---|"]
+    for g, mode, n, tps, ms, gb, share in table:
+        md.append(f"| {g} | {mode} | {n} | {tps:.1f} | {ms:.2f} | {'' if gb is None else f'{gb:.2f}'} | "
+                  f"{100 * share:.1f} |")
+    md += ["", "Log:", "", "```"] + lines + ["```", ""]
+    text = "\n".join(md)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
+    sys.exit(main())
