@@ -55,7 +55,7 @@ def _sample_rows(lens, vocab):
     return [SampleRow(0.0, 0, 1.0, 0.0, 0, n, vocab) for n in lens]
 
 
-def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log):
+def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32):
     from tensorfold.model.checkpoint import load_checkpoint
     from tensorfold.model.synth import write_synth
     from tensorfold.runtime.backend import CudaBackend
@@ -90,8 +90,8 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log):
         slots = [be.new_slot() for _ in range(n)]
         toks = []
         for s in slots:
-            ids = [int(x) for x in rng.integers(0, min(V, 240000), 32)]
-            toks.append(be.prefill_sample(s, ids, 0, _sample_rows([32], V)[0]))
+            ids = [int(x) for x in rng.integers(0, min(V, 240000), decode_prompt)]
+            toks.append(be.prefill_sample(s, ids, 0, _sample_rows([decode_prompt], V)[0]))
         for _ in range(3):
             lens = [be._lens[s] for s in slots]
             toks = be.decode_sample(slots, toks, _sample_rows(lens, V))
@@ -138,6 +138,7 @@ def main(argv=None):
     ap.add_argument("--streams", default="1,8,32")
     ap.add_argument("--prompts", default="512,4096,16384")
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--decode-prompt", type=int, default=32, help="prompt tokens per stream before decoding")
     ap.add_argument("--prompt-rows", type=int, default=4096)
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; skip geometries once exceeded")
@@ -179,7 +180,8 @@ def main(argv=None):
         if time.perf_counter() - t0 > a.budget:
             log(f"[{g}] skipped: time budget of {a.budget:.0f} s spent")
             continue
-        rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log)
+        rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log,
+                                     decode_prompt=a.decode_prompt)
         table += [(g,) + r for r in rows]
     md = [f"# decode / prompt throughput, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
           f"- commit `{commit}`, GPU {gpu}, python {platform.python_version()}",

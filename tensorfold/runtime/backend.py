@@ -141,7 +141,8 @@ class CudaBackend(Backend):
             last = k + self.prompt_rows >= len(ids)
             b = F.prompt_batch([(slot, chunk, pos)])
             if last and sample_row is not None:
-                _, tok = self.runner.forward(b, logits=False, sample_rows=[sample_row], stream=self.stream)
+                _, tok = self.runner.forward(b, logits=False, sample_rows=[sample_row], stream=self.stream,
+                                             valid_vocab=sample_row.valid_vocab)
                 out = int(tok[0])
             else:
                 lg, _ = self.runner.forward(b, logits=last and want_logits, stream=self.stream)

@@ -99,6 +99,10 @@ class DecodeGraphs:
         """One token per stream (``rows``: SampleRow per stream) -> sampled ids [n] (numpy int32)."""
         n = len(slots)
         b = self.bucket(n)
+        vv = rows[0].valid_vocab if rows else None
+        if vv and vv != self.valid_vocab:  # the sampler's vocabulary bound is captured: recapture for a new one
+            self.valid_vocab = int(vv)
+            self.graphs.clear()
         batch = step_batch(slots, ids, lens).pad(b, b)
         meta = self.metas[b]
         meta.write(batch, stream=self.stream)
