@@ -158,8 +158,8 @@ def test_no_seed_rerun_repeats_and_seed_changes_output(client, rng):
     ids = requests.post(client.base_url.__str__().rsplit("/v1", 1)[0] + "/tokenize", json={"prompt": prompt}).json()
     assert a["seed"] == derive_seed(ids["tokens"])
     assert client.completions.create(seed=a["seed"], **kw).model_extra["engine"]["token_sha"] == a["token_sha"]
-    kw.update(temperature=2.0, max_tokens=12)
-    shas = {client.completions.create(seed=s, **kw).model_extra["engine"]["token_sha"] for s in range(8)}
+    kw.update(temperature=2.0, max_tokens=10)
+    shas = {client.completions.create(seed=s, **kw).model_extra["engine"]["token_sha"] for s in range(6)}
     assert len(shas) > 1, "different seeds at temperature 1 all gave the same tokens"
 
 
