@@ -3,7 +3,8 @@ and 9.0 (real compiler, no GPU), and ``ptxas -v`` reports registers, spills and 
 
 One subprocess (``NUMBA_ENABLE_CUDASIM=0``) runs ``python tests/kernels/test_compile.py --worker``: it imports each
 module listed in ``tensorfold.kernels.KERNEL_MODULES`` (a module not written yet is reported as absent), compiles
-each ``COMPILE_SPECS`` entry with ``numba.cuda.compile_ptx`` and assembles the PTX with ``ptxas -arch=sm_XX -v``.
+each ``COMPILE_SPECS`` entry with ``numba.cuda.compile_ptx`` and assembles the PTX with ``ptxas -arch=sm_XX -v``;
+the specs are spread over a fork pool of one process per core (at most 4; ``TF_COMPILE_PROCS`` overrides).
 The test fails on any compile or assembly error, and on spills (spill stores/loads or a stack frame) in kernels a
 module names in its ``HOT`` set. It skips only when NVVM (libnvvm from the pip CUDA wheels) is absent; without
 ``ptxas`` on PATH it still checks the PTX compile and says that registers were not checked.
@@ -34,11 +35,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _worker() -> int:
+_STATE: dict = {}
+
+
+def _setup_compiler():
+    """Patch numba's device lookup (no driver needed) and check NVVM; returns an error string or None."""
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-    sys.path.insert(0, ROOT)
-    import importlib
-    import tempfile
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
 
     class _FakeDev:
         compute_capability = (9, 0)
@@ -46,9 +50,9 @@ def _worker() -> int:
     import numba.cuda.dispatcher as _disp
 
     _disp.get_current_device = lambda: _FakeDev()
+    _STATE["dev"] = _FakeDev
     from numba import cuda
 
-    # NVVM present?
     def _probe(a):
         a[0] = 1.0
 
@@ -56,49 +60,98 @@ def _worker() -> int:
         cuda.compile_ptx(_probe, "void(float32[::1])", cc=(9, 0))
     except Exception as e:  # noqa: BLE001
         msg = str(e)
-        if "nvvm" in msg.lower() or "libnvvm" in msg.lower():
-            print(json.dumps({"skip": f"NVVM unavailable: {msg[:200]}"}))
-            return 0
+        if "nvvm" in msg.lower():
+            return f"NVVM unavailable: {msg[:200]}"
         raise
+    return None
+
+
+def _run_ptxas(ptx: str, cc):
+    import tempfile
 
     ptxas = shutil.which("ptxas")
-    ptx_ver = [None]
+    if ptxas is None:
+        return None
+    ver = _STATE.get("ptx_ver")
+    if ver:
+        ptx = re.sub(r"^\.version \d+\.\d+", f".version {ver}", ptx, count=1, flags=re.M)
+    fd, path = tempfile.mkstemp(suffix=".ptx")
+    with os.fdopen(fd, "w") as f:
+        f.write(ptx)
+    try:
+        cmd = [ptxas, f"-arch=sm_{cc[0]}{cc[1]}", "-v", path, "-o", os.devnull]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if p.returncode != 0 and "Unsupported .version" in p.stderr and not ver:
+        m = re.search(r"current version is '(\d+\.\d+)'", p.stderr)
+        if m:
+            _STATE["ptx_ver"] = m.group(1)
+            return _run_ptxas(ptx, cc)
+    if p.returncode != 0:
+        return {"error": p.stderr[-800:]}
+    txt = p.stderr + p.stdout
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", txt)]
+    stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", txt)]
+    sst = [int(x) for x in re.findall(r"(\d+) bytes spill stores", txt)]
+    sld = [int(x) for x in re.findall(r"(\d+) bytes spill loads", txt)]
+    smem = [int(x) for x in re.findall(r"(\d+) bytes smem", txt)]
+    return {
+        "regs": max(regs) if regs else None,
+        "stack": max(stack) if stack else 0,
+        "spill_st": max(sst) if sst else 0,
+        "spill_ld": max(sld) if sld else 0,
+        "smem": max(smem) if smem else 0,
+    }
+
+
+def _compile_task(task):
+    """Compile one COMPILE_SPECS entry for every cc (runs in a forked pool worker)."""
+    import importlib
+
+    from numba import cuda
+
+    modname, idx = task
+    mod = importlib.import_module(f"tensorfold.kernels.{modname}")
+    fn, sig = mod.COMPILE_SPECS[idx]
+    hot = set(getattr(mod, "HOT", set()))
+    name = getattr(fn, "__name__", str(fn))
+    fn = getattr(fn, "py_func", fn)
+    out = []
+    for cc in CCS:
+        _STATE["dev"].compute_capability = cc
+        rec = {"module": modname, "kernel": name, "sig": sig, "cc": f"{cc[0]}{cc[1]}", "hot": name in hot}
+        t0 = time.time()
+        try:
+            ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"compile: {type(e).__name__}: {str(e)[:1500]}"
+            out.append(rec)
+            continue
+        rec["compile_s"] = round(time.time() - t0, 2)
+        rep = _run_ptxas(ptx, cc)
+        if rep is None:
+            rec["ptxas"] = "absent"
+        elif "error" in rep:
+            rec["error"] = "ptxas: " + rep["error"]
+        else:
+            rec.update(rep)
+        out.append(rec)
+    return out
+
+
+def _worker() -> int:
+    import importlib
+    import multiprocessing
+
+    skip = _setup_compiler()
+    if skip:
+        print(json.dumps({"skip": skip}))
+        return 0
     import tensorfold.kernels as K
 
     results = []
-    tmp = tempfile.mkdtemp(prefix="tf_compile_")
-
-    def run_ptxas(ptx: str, cc):
-        if ptxas is None:
-            return None
-        if ptx_ver[0]:
-            ptx = re.sub(r"^\.version \d+\.\d+", f".version {ptx_ver[0]}", ptx, count=1, flags=re.M)
-        path = os.path.join(tmp, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        cmd = [ptxas, f"-arch=sm_{cc[0]}{cc[1]}", "-v", path, "-o", os.devnull]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0 and "Unsupported .version" in p.stderr and ptx_ver[0] is None:
-            m = re.search(r"current version is '(\d+\.\d+)'", p.stderr)
-            if m:
-                ptx_ver[0] = m.group(1)
-                return run_ptxas(ptx, cc)
-        if p.returncode != 0:
-            return {"error": p.stderr[-800:]}
-        txt = p.stderr + p.stdout
-        regs = [int(x) for x in re.findall(r"Used (\d+) registers", txt)]
-        stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", txt)]
-        sst = [int(x) for x in re.findall(r"(\d+) bytes spill stores", txt)]
-        sld = [int(x) for x in re.findall(r"(\d+) bytes spill loads", txt)]
-        smem = [int(x) for x in re.findall(r"(\d+) bytes smem", txt)]
-        return {
-            "regs": max(regs) if regs else None,
-            "stack": max(stack) if stack else 0,
-            "spill_st": max(sst) if sst else 0,
-            "spill_ld": max(sld) if sld else 0,
-            "smem": max(smem) if smem else 0,
-        }
-
+    tasks = []
     for modname in K.KERNEL_MODULES:
         try:
             mod = importlib.import_module(f"tensorfold.kernels.{modname}")
@@ -115,30 +168,16 @@ def _worker() -> int:
         if specs is None:
             results.append({"module": modname, "error": "no COMPILE_SPECS"})
             continue
-        hot = set(getattr(mod, "HOT", set()))
-        for fn, sig in specs:
-            name = getattr(fn, "__name__", str(fn))
-            fn = getattr(fn, "py_func", fn)
-            for cc in CCS:
-                _FakeDev.compute_capability = cc
-                rec = {"module": modname, "kernel": name, "sig": sig, "cc": f"{cc[0]}{cc[1]}", "hot": name in hot}
-                t0 = time.time()
-                try:
-                    ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
-                except Exception as e:  # noqa: BLE001
-                    rec["error"] = f"compile: {type(e).__name__}: {str(e)[:1500]}"
-                    results.append(rec)
-                    continue
-                rec["compile_s"] = round(time.time() - t0, 2)
-                rep = run_ptxas(ptx, cc)
-                if rep is None:
-                    rec["ptxas"] = "absent"
-                elif "error" in rep:
-                    rec["error"] = "ptxas: " + rep["error"]
-                else:
-                    rec.update(rep)
-                results.append(rec)
-    print(json.dumps({"results": results, "ptxas": ptxas, "ptx_version_used": ptx_ver[0]}))
+        tasks += [(modname, i) for i in range(len(specs))]
+    nproc = max(1, min(int(os.environ.get("TF_COMPILE_PROCS", os.cpu_count() or 1)), 4))
+    if nproc > 1 and "fork" in multiprocessing.get_all_start_methods():
+        with multiprocessing.get_context("fork").Pool(nproc) as pool:
+            parts = pool.map(_compile_task, tasks, chunksize=1)
+    else:
+        parts = [_compile_task(t) for t in tasks]
+    for p in parts:
+        results += p
+    print(json.dumps({"results": results, "ptxas": shutil.which("ptxas"), "procs": nproc}))
     return 0
 
 
