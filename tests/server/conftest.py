@@ -18,6 +18,38 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _blas_threads(n: int | None = None) -> int | None:
+    """Get (and with `n`, set) numpy's OpenBLAS thread count; None when the BLAS offers no such call."""
+    import ctypes
+
+    paths = {ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower() and ".so" in ln}
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)
+        for prefix in ("scipy_openblas", "openblas"):
+            for suffix in ("64_", ""):
+                get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    old = get()
+                    if n is not None:
+                        put(n)
+                    return old
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_blas_thread():
+    """The tiny model's matrices are far too small for threaded BLAS, whose spinning threads cost ~4x the CPU on
+    the 2-core CI machine; one thread while these tests run, restored afterwards."""
+    try:
+        old = _blas_threads(1)
+    except OSError:
+        old = None
+    yield
+    if old:
+        _blas_threads(old)
+
+
 class ToyModel:
     """Deterministic recurrent LM with the ReferenceModel interface (new_state / prompt / step)."""
 

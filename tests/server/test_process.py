@@ -29,6 +29,7 @@ class Proc:
     def __init__(self, *args, env=None, wait_ready=True):
         e = dict(os.environ)
         e.pop("TENSORFOLD_API_KEY", None)
+        e.setdefault("OPENBLAS_NUM_THREADS", "1")   # tiny model: threaded BLAS only burns CPU
         e.update(env or {})
         argv = serve_argv() + ["--port", "0", "--backend", "cpu", "--context", "256", "--parallel", "2", *args]
         self.p = subprocess.Popen(argv, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
