@@ -1,20 +1,22 @@
 """Token sampling on the GPU: greedy argmax and temperature / top-k / top-p / min-p draws from a counter-based
 generator keyed by (seed, absolute position).
 
-Owns ``sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab)``:
+Owns ``launch_sample(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, ...)``:
 logits float32 ``[n, V]`` (V may be padded; ids >= valid_vocab never chosen), out_ids int32 ``[n]``, temps / top_p
 / min_p float32 ``[n]``, top_k int32 ``[n]``, seeds / positions int64 ``[n]``, valid_vocab int32. All parameters
 are device buffers so a decode step can be graph-captured and the buffers rewritten between replays.
 
 Reference mirrored (same rule, same hash, same token): ``tensorfold.reference.sampling.sample`` / ``uniform``.
-Steps per row: block argmax (ties -> lowest id); greedy if temperature <= 0. Otherwise weights
-``exp((l - m) / T)`` in float64; top-k threshold by a 4-pass 8-bit radix select on order-preserving float keys
-(integer counts in shared memory: exact); top-p threshold by the same radix select on mass (float64 shared
-atomics); min-p as ``w >= min_p``; then the inverse-CDF draw in id order: each thread sums a contiguous chunk of
-ids, thread 0 walks the chunk sums to the one holding ``u * Z``, that thread scans its chunk.
-
-Launch geometry: one block per row (grid-stride over rows), 512 threads on the GPU (64 in the simulator);
-``launch_sample`` picks it.
+Kernels (fixed geometry per (rows, vocab); scratch from ``sample_workspace``, cached per shape):
+1. ``amax_part_k`` grid (G, rows), G = BLOCKS_PER_ROW (64 on the GPU: 3880 logits per block): each block reduces a
+   contiguous slice of its row to (max, lowest id) -> ``pv/pi[row, g]``; NaN never wins, ids >= valid_vocab unread.
+2. ``greedy_fin_k`` (one thread per row): exact argmax over the G partials (ties -> lowest id); rows with
+   temperature <= 0 or no finite max are written here.
+3. ``sample_k`` (one block per row; greedy rows leave at once): m from the partials; weights
+   ``exp((l - m) / T)`` in float64; top-k threshold by a 4-pass 8-bit radix select on order-preserving float keys
+   (integer counts in shared memory: exact); top-p threshold by the same radix select on mass (float64 shared
+   atomics); min-p as ``w >= min_p``; then the inverse-CDF draw in id order: each thread sums a contiguous chunk of
+   ids, thread 0 walks the chunk sums to the one holding ``u * Z``, that thread scans its chunk.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from numba import cuda
 
 from ._device import IS_SIM, devfn, warp_argmax, warp_sum, warp_sum_i
 
-__all__ = ["sample_k", "launch_sample", "COMPILE_SPECS", "HOT", "SAMPLE_TPB"]
+__all__ = ["sample_k", "amax_part_k", "greedy_fin_k", "launch_sample", "sample_workspace", "COMPILE_SPECS", "HOT",
+           "SAMPLE_TPB", "BLOCKS_PER_ROW"]
 
 SAMPLE_TPB = 64 if IS_SIM else 512  # 1024 x ~92 registers would exceed the 64K register file
 _INF = np.float32(np.inf)
@@ -93,9 +96,94 @@ def _block_sum_i(v, red):
     return t
 
 
-def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab):
+@devfn
+def _better(v, i, bv, bi):
+    return v > bv or (v == bv and i < bi)
+
+
+def amax_part_k(logits, valid_vocab, pv, pi):
+    """Partial argmax: block (g, r) reduces the g-th contiguous slice of row r to (max, lowest id) -> pv/pi[r, g].
+    NaN never wins; ids >= valid_vocab are not read; an empty / all-NaN slice gives (-inf, _BIG)."""
+    red_v = cuda.shared.array(32, np.float32)
+    red_i = cuda.shared.array(32, np.int32)
+    tid = cuda.threadIdx.x
+    lane = tid & 31
+    warp = tid >> 5
+    nthr = cuda.blockDim.x
+    nw = nthr >> 5
+    g = cuda.blockIdx.x
+    G = cuda.gridDim.x
+    n = logits.shape[0]
+    Vv = min(valid_vocab, logits.shape[1])
+    chunk = (Vv + G - 1) // G
+    lo = g * chunk
+    hi = min(Vv, lo + chunk)
+    for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
+        bv = -_INF
+        bi = np.int32(_BIG)
+        for base in range(lo + tid, hi, 4 * nthr):
+            i1 = base + nthr
+            i2 = base + 2 * nthr
+            i3 = base + 3 * nthr
+            v0 = logits[row, base]
+            v1 = logits[row, i1] if i1 < hi else _NAN
+            v2 = logits[row, i2] if i2 < hi else _NAN
+            v3 = logits[row, i3] if i3 < hi else _NAN
+            if _better(v0, base, bv, bi):
+                bv = v0
+                bi = np.int32(base)
+            if _better(v1, i1, bv, bi):
+                bv = v1
+                bi = np.int32(i1)
+            if _better(v2, i2, bv, bi):
+                bv = v2
+                bi = np.int32(i2)
+            if _better(v3, i3, bv, bi):
+                bv = v3
+                bi = np.int32(i3)
+        bv, bi = warp_argmax(bv, bi)
+        if lane == 0:
+            red_v[warp] = bv
+            red_i[warp] = bi
+        cuda.syncthreads()
+        if tid == 0:
+            gv = red_v[0]
+            gi = red_i[0]
+            for wi in range(1, nw):
+                if _better(red_v[wi], red_i[wi], gv, gi):
+                    gv = red_v[wi]
+                    gi = red_i[wi]
+            pv[row, g] = gv
+            pi[row, g] = gi
+        cuda.syncthreads()
+
+
+@devfn
+def _row_amax(pv, pi, row):
+    """(max, lowest id) of row from its partials (fixed order; exact). id _BIG -> 0 (all -inf / NaN)."""
+    gv = pv[row, 0]
+    gi = pi[row, 0]
+    for g in range(1, pv.shape[1]):
+        if _better(pv[row, g], pi[row, g], gv, gi):
+            gv = pv[row, g]
+            gi = pi[row, g]
+    if gi == _BIG:
+        gi = 0
+    return gv, gi
+
+
+def greedy_fin_k(pv, pi, temps, out_ids):
+    """One thread per row: rows with temperature <= 0 (or every logit -inf / NaN) take the argmax."""
+    n = pv.shape[0]
+    for row in range(cuda.grid(1), n, cuda.gridsize(1)):
+        gv, gi = _row_amax(pv, pi, row)
+        T = temps[row]
+        if not (T > np.float32(0.0)) or not (gv > -_INF):
+            out_ids[row] = gi
+
+
+def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, pv, pi):
     redf = cuda.shared.array(32, np.float64)
-    redv = cuda.shared.array(32, np.float32)
     redi = cuda.shared.array(32, np.int32)
     hist = cuda.shared.array(256, np.int32)
     histm = cuda.shared.array(256, np.float64)
@@ -103,58 +191,14 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
     bc = cuda.shared.array(4, np.int64)
     bcf = cuda.shared.array(4, np.float64)
     tid = cuda.threadIdx.x
-    lane = tid & 31
-    warp = tid >> 5
     nthr = cuda.blockDim.x
-    nw = nthr >> 5
     n = logits.shape[0]
     Vv = min(valid_vocab, logits.shape[1])
     for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
-        # ---- argmax (NaN never wins; ties -> lowest id)
-        bv = -_INF
-        bi = np.int32(_BIG)
-        # four loads in flight per thread (the pass is latency-bound on one SM); compared in increasing id order
-        for base in range(tid, Vv, 4 * nthr):
-            i1 = base + nthr
-            i2 = base + 2 * nthr
-            i3 = base + 3 * nthr
-            v0 = logits[row, base]
-            v1 = logits[row, i1] if i1 < Vv else _NAN
-            v2 = logits[row, i2] if i2 < Vv else _NAN
-            v3 = logits[row, i3] if i3 < Vv else _NAN
-            if v0 > bv or (v0 == bv and base < bi):
-                bv = v0
-                bi = np.int32(base)
-            if v1 > bv or (v1 == bv and i1 < bi):
-                bv = v1
-                bi = np.int32(i1)
-            if v2 > bv or (v2 == bv and i2 < bi):
-                bv = v2
-                bi = np.int32(i2)
-            if v3 > bv or (v3 == bv and i3 < bi):
-                bv = v3
-                bi = np.int32(i3)
-        bv, bi = warp_argmax(bv, bi)
-        if lane == 0:
-            redv[warp] = bv
-            redi[warp] = bi
-        cuda.syncthreads()
-        gv = redv[0]
-        gi = redi[0]
-        for wi in range(1, nw):
-            ov = redv[wi]
-            oi = redi[wi]
-            if ov > gv or (ov == gv and oi < gi):
-                gv = ov
-                gi = oi
-        cuda.syncthreads()
-        if gi == _BIG:
-            gi = 0
+        gv, gi = _row_amax(pv, pi, row)  # from amax_part_k's partials (exact)
         T = temps[row]
         if not (T > np.float32(0.0)) or not (gv > -_INF):
-            if tid == 0:
-                out_ids[row] = gi
-            continue
+            continue  # greedy row: greedy_fin_k wrote it
         m = np.float64(gv)
         Tf = np.float64(T)
         # ---- top-k threshold: radix select on keys (exact integer counts)
@@ -296,19 +340,50 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
 
 
 sample_py = sample_k
+amax_part_py = amax_part_k
+greedy_fin_py = greedy_fin_k
 sample_k = cuda.jit(sample_k)
+amax_part_k = cuda.jit(amax_part_k)
+greedy_fin_k = cuda.jit(greedy_fin_k)
+
+AMAX_TPB = 64 if IS_SIM else 256
+BLOCKS_PER_ROW = 3 if IS_SIM else 64  # 248320 / 64 = 3880 logits (15 KB) per block, 15 per thread
+_WS: dict = {}
+
+
+def sample_workspace(n, blocks_per_row=None):
+    """Device scratch for ``launch_sample`` keyed by (rows, blocks per row), allocated once (call it before a graph
+    capture, or let the first eager launch do it): partial maxima ``pv`` float32 [n, G] and ids ``pi`` int32 [n, G].
+    Launches that share a workspace must be ordered on one stream (the runtime samples on one stream)."""
+    G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
+    key = (int(n), G)
+    ws = _WS.get(key)
+    if ws is None:
+        ws = (cuda.device_array((n, G), np.float32), cuda.device_array((n, G), np.int32))
+        _WS[key] = ws
+    return ws
 
 
 def launch_sample(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, stream=0,
-                  max_blocks=None):
+                  max_blocks=None, blocks_per_row=None, workspace=None):
+    """Fixed geometry per (rows, vocab): amax_part_k grid (G, rows), greedy_fin_k, then sample_k (one block per
+    sampled row; greedy rows leave at once). ``max_blocks`` caps the row dimension of each grid (rows are
+    grid-strided), ``blocks_per_row`` overrides G, ``workspace`` = ``sample_workspace(rows, G)``."""
     n = logits.shape[0]
-    g = n if max_blocks is None else min(n, max_blocks)
-    sample_k[g, SAMPLE_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions,
-                                    np.int32(valid_vocab))
+    G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
+    pv, pi = sample_workspace(n, G) if workspace is None else workspace
+    gr = n if max_blocks is None else max(1, min(n, max_blocks))
+    vv = np.int32(valid_vocab)
+    amax_part_k[(G, gr), AMAX_TPB, stream](logits, vv, pv, pi)
+    greedy_fin_k[(n + 127) // 128, 128, stream](pv, pi, temps, out_ids)
+    sample_k[gr, SAMPLE_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vv, pv, pi)
 
 
+_SIG_SAMPLE = ("void(float32[:, ::1], int32[::1], float32[::1], int32[::1], float32[::1], float32[::1], int64[::1], "
+               "int64[::1], int32, float32[:, ::1], int32[:, ::1])")
 COMPILE_SPECS = [
-    (sample_py, "void(float32[:, ::1], int32[::1], float32[::1], int32[::1], float32[::1], float32[::1], int64[::1], "
-                "int64[::1], int32)"),
+    (sample_py, _SIG_SAMPLE),
+    (amax_part_py, "void(float32[:, ::1], int32, float32[:, ::1], int32[:, ::1])"),
+    (greedy_fin_py, "void(float32[:, ::1], int32[:, ::1], float32[::1], int32[::1])"),
 ]
-HOT = {"sample_k"}
+HOT = {"sample_k", "amax_part_k", "greedy_fin_k"}

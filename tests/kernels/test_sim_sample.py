@@ -65,3 +65,23 @@ def test_twin_properties():
     a = S.sample(lg, 0.9, seed=11, position=42)
     S.sample(lg, 0.9, seed=12, position=42)
     assert S.sample(lg, 0.9, seed=11, position=42) == a
+
+
+@pytest.mark.parametrize("G", [1, 5, 64])
+def test_greedy_split_rows(G):
+    """Greedy over G slices per row (uneven, and empty slices when G is large) equals the twin: ties across slice
+    edges go to the lowest id, padded ids never win, a NaN / -inf row gives id 0."""
+    V, valid = 203, 197
+    lg = rng.standard_normal((5, V)).astype(np.float32)
+    lg[0, 198] = 100.0  # padded
+    lg[1, [3, 100, 196]] = 40.0  # tie across slices
+    lg[2, :] = np.nan
+    lg[3, :] = -np.inf
+    lg[4, 150:] = 9.0
+    n = lg.shape[0]
+    out = np.full(n, -7, np.int32)
+    K.launch_sample(lg, out, np.zeros(n, np.float32), np.zeros(n, np.int32), np.ones(n, np.float32),
+                    np.zeros(n, np.float32), np.arange(n, dtype=np.int64), np.zeros(n, np.int64), valid,
+                    max_blocks=2, blocks_per_row=G)
+    assert out.tolist() == [S.sample(lg[r], 0.0, valid_vocab=valid) for r in range(n)]
+    assert out[1] == 3 and out[2] == 0 and out[3] == 0 and out[4] == 150
