@@ -64,13 +64,80 @@ def copy_bandwidth():
     return 2 * n / dt
 
 
+def profile_step(be, n, log, reps=20):
+    """Per-kernel GPU time of one decode step of ``n`` streams: the step runs once eagerly (same launches as its
+    graph) while every launch is recorded; each recorded launch is then replayed ``reps`` times inside its own
+    CUDA graph and timed with events (us per launch, graph-replay floor about 1-2 us included)."""
+    import numba.cuda.dispatcher as D
+    from numba import cuda
+
+    from tensorfold.kernels._device import IS_SIM
+
+    if IS_SIM:
+        log("  profile: GPU only (the simulator has no launch configurations to record)")
+        return {}
+    rec = []
+    orig = D._LaunchConfiguration.__call__
+
+    def spy(self, *args):
+        rec.append((self.dispatcher, self.griddim, self.blockdim, self.sharedmem, args))
+        return orig(self, *args)
+
+    V = be.vocab_size
+    slots = [be.new_slot() for _ in range(n)]
+    was = be.graphs.use_graphs
+    D._LaunchConfiguration.__call__ = spy
+    be.graphs.use_graphs = False
+    try:
+        be.graphs.step(slots, [1] * n, [0] * n, _sample_rows([0] * n, V))
+    finally:
+        D._LaunchConfiguration.__call__ = orig
+        be.graphs.use_graphs = was
+    for s in slots:
+        be.free(s)
+    agg = {}
+    if not IS_SIM:
+        from cuda.core import Device
+
+        dev = Device()
+        dev.set_current()
+        cs = dev.create_stream(be.stream)
+    for disp, g, b, sm, args in rec:
+        name = disp.py_func.__name__
+        us = 0.0
+        if not IS_SIM:
+            try:
+                gb = cs.create_graph_builder()
+                gb.begin_building()
+                for _ in range(reps):
+                    disp[g, b, gb, sm](*args)
+                graph = gb.end_building().complete()
+                graph.launch(cs)
+                be.stream.synchronize()
+                e0, e1 = cuda.event(), cuda.event()
+                e0.record(be.stream)
+                graph.launch(cs)
+                e1.record(be.stream)
+                e1.synchronize()
+                us = cuda.event_elapsed_time(e0, e1) * 1e3 / reps
+            except Exception as e:  # noqa: BLE001
+                log(f"  profile: {name} not timed ({type(e).__name__}: {e})")
+        c, t = agg.get(name, (0, 0.0))
+        agg[name] = (c + 1, t + us)
+    total = sum(t for _, t in agg.values())
+    log(f"  profile, {n} stream(s): {len(rec)} launches, sum of per-kernel times {total:.0f} us")
+    for name, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        log(f"    {name:44s} x{c:4d} {t:9.1f} us  {100 * t / max(total, 1e-9):5.1f} %")
+    return agg
+
+
 def _sample_rows(lens, vocab):
     from tensorfold.engine.backend import SampleRow
 
     return [SampleRow(0.0, 0, 1.0, 0.0, 0, n, vocab) for n in lens]
 
 
-def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32):
+def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32, profile=()):
     from tensorfold.model.checkpoint import load_checkpoint
     from tensorfold.runtime.backend import CudaBackend
     from tensorfold.runtime.caches import plan_caches
@@ -100,6 +167,8 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     kv_tok = plan_caches(c, 1, 1024, "bf16").kv_bytes // 1024
     params = sum(int(np.prod(w.shape)) for w in ck.tensors.values() if hasattr(w, "shape") and len(w.shape) == 2)
     rows = []
+    for n in profile:
+        profile_step(be, n, log)
     for n in streams:
         slots = [be.new_slot() for _ in range(n)]
         toks = []
@@ -170,6 +239,7 @@ def main(argv=None):
     ap.add_argument("--streams", default="1,8,32")
     ap.add_argument("--prompts", default="512,4096,16384")
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--profile", default="", help="stream counts to profile per kernel first, e.g. '1,8'")
     ap.add_argument("--decode-prompt", type=int, default=32, help="prompt tokens per stream before decoding")
     ap.add_argument("--prompt-rows", type=int, default=4096)
     ap.add_argument("--out", default=None)
@@ -218,7 +288,8 @@ def main(argv=None):
             log(f"[{g}] skipped: time budget of {a.budget:.0f} s spent")
             continue
         rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log,
-                                     decode_prompt=a.decode_prompt)
+                                     decode_prompt=a.decode_prompt,
+                                     profile=[int(x) for x in a.profile.split(",") if x])
         table += [(g,) + r for r in rows]
         write_md(a, argv, commit, gpu, bw, test_rc[0], table, lines)  # after each geometry (a timeout keeps it)
     if a.tests and len(geoms) == 1:
