@@ -15,7 +15,11 @@ Owns
 Reference mirrored: ``tensorfold.reference.ops.linear`` with ``affine_dequant`` (fp32 ``scale*q + bias``).
 
 Codes are decoded without int->float conversion instructions: a code ``q < 2^23`` or'ed into the mantissa of
-``2^23`` (bits ``0x4B000000``) reads as ``2^23 + q`` exactly; subtracting ``2^23`` gives ``q``.
+``2^23`` (bits ``0x4B000000``) reads as ``2^23 + q`` exactly; subtracting ``2^23`` gives ``q``. A code at bit
+``sh`` of its word (``sh + bits <= 23``) is not shifted down first: masked in place and or'ed into ``2^(23-sh)``
+(whose mantissa step at bit ``sh`` is 1) it reads ``2^(23-sh) + q``, so one and/or (a LOP3) and one exact fadd
+decode it; codes in the top bits read the word shifted down by 16 once. Same values bit for bit as shifting each
+code down (shifts per 4-bit word 8 -> 1 in the PTX; not yet measured on the GPU).
 
 Exactness rule: a row's result does not depend on how many rows share the launch. Each thread walks its chunks in
 the same order for every row, the warp butterfly and the cross-warp sum are fixed, and the geometry (threads per
@@ -96,6 +100,39 @@ def _code_expr(lo: str, hi: str | None, sh: int, bits: int) -> str:
 
 def _q_expr(code: str) -> str:
     return f"(np.uint32({code} | np.uint32({_MAGIC})).view(np.float32) - _TWO23)"
+
+
+def _q_inplace_expr(word: str, sh: int, bits: int) -> str:
+    """fp32 value of the code at bit ``sh`` of ``word`` (needs ``sh + bits <= 23``) without shifting it down: the
+    code is masked in place and or'ed into the float ``2^(23-sh)``, whose mantissa step at bit ``sh`` is 1, so the
+    float reads ``2^(23-sh) + q`` exactly and one exact fadd leaves ``q`` (bit-identical to ``_q_expr``)."""
+    assert sh + bits <= 23
+    m = ((1 << bits) - 1) << sh
+    magic = (127 + 23 - sh) << 23
+    return (f"(np.uint32({word} & np.uint32({m:#x}) | np.uint32({magic:#x})).view(np.float32)"
+            f" - np.float32({float(2 ** (23 - sh))!r}))")
+
+
+def _q_decode_lines(words: list[str], codes, bits: int, ind: str = "    ") -> list[str]:
+    """Lines ``q{i} = <fp32 code>`` for ``codes`` = [(i, lo, hi_or_None, sh)] of the words named ``words``.
+    Codes wholly inside bits 0..22 of a word decode in place (one and/or + one fadd); codes in bits 16..31 read the
+    word shifted down by 16 once (shared by all such codes of the word); codes crossing two words use a funnel
+    shift as before."""
+    L = []
+    shifted = set()
+    for (i, lo, hi, sh) in codes:
+        w = words[lo]
+        if hi is not None:
+            L.append(f"{ind}q{i} = {_q_expr(_code_expr(w, words[hi], sh, bits))}")
+        elif sh + bits <= 23:
+            L.append(f"{ind}q{i} = {_q_inplace_expr(w, sh, bits)}")
+        else:
+            h = f"{w}_hi16"
+            if lo not in shifted:
+                L.append(f"{ind}{h} = {w} >> np.uint32(16)")
+                shifted.add(lo)
+            L.append(f"{ind}q{i} = {_q_inplace_expr(h, sh - 16, bits)}")
+    return L
 
 
 def _scale_expr(arr: str, row: str, col: str, sk: str) -> str:
@@ -262,8 +299,7 @@ def _gen_helpers_source() -> str:
     for bits in _POW2:
         cpw = 32 // bits
         a(f"def _dec{bits}(w):")
-        for k in range(cpw):
-            a(f"    q{k} = {_q_expr(_code_expr('w', None, k * bits, bits))}")
+        L.extend(_q_decode_lines(["w"], [(k, 0, None, k * bits) for k in range(cpw)], bits))
         a("    return (" + ", ".join(f"q{k}" for k in range(cpw)) + ",)")
         nf4 = max(1, cpw // 4)
         xs = ", ".join(f"x{t}" for t in range(nf4))
@@ -273,11 +309,12 @@ def _gen_helpers_source() -> str:
         a("    return d")
     for bits in (3, 5, 6):
         a(f"def _dec{bits}x32(" + ", ".join(f"w{t}" for t in range(bits)) + "):")
+        codes = []
         for i in range(32):
             off = i * bits
             lo, sh = off >> 5, off & 31
-            hi = f"w{lo + 1}" if sh + bits > 32 else None
-            a(f"    q{i} = {_q_expr(_code_expr(f'w{lo}', hi, sh, bits))}")
+            codes.append((i, lo, lo + 1 if sh + bits > 32 else None, sh))
+        L.extend(_q_decode_lines([f"w{t}" for t in range(bits)], codes, bits))
         a("    return (" + ", ".join(f"q{i}" for i in range(32)) + ",)")
     a("def _dot32(d, q, " + ", ".join(f"x{t}" for t in range(8)) + "):")
     for k in range(32):

@@ -115,3 +115,24 @@ def test_rows_per_block_variants_bit_identical():
     assert all(np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)) for y in ys[1:])
     ref, bound = _ref(x, P, S, B, 4, 64)
     _check(ys[0], ref, bound)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+def test_code_decoders_exact(bits):
+    """The generated decoders (codes masked in place into a float whose mantissa step is 1, or via the word shifted
+    down by 16, or a funnel shift across words) return every code exactly, as quant.unpack reads it."""
+    glb = {"np": np, "_TWO23": np.float32(8388608.0)}
+    exec(A._gen_helpers_source(), glb)
+    P = rng.integers(0, 2**32, size=(1, 64 * bits), dtype=np.uint64).astype(np.uint32)
+    P[0, :bits] = 0xFFFFFFFF  # all-ones codes (largest values, every bit set)
+    codes = quant.unpack(P, bits, 64 * 32).astype(np.float32)[0]
+    got = []
+    if bits in (2, 4, 8):
+        for w in P[0]:
+            got.extend(glb[f"_dec{bits}"](np.uint32(w)))
+    else:
+        for b0 in range(0, P.shape[1], bits):
+            got.extend(glb[f"_dec{bits}x32"](*[np.uint32(w) for w in P[0, b0:b0 + bits]]))
+    got = np.array(got, np.float32)
+    assert got.shape == codes.shape
+    assert np.array_equal(got.view(np.uint32), codes.view(np.uint32))
