@@ -221,7 +221,9 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
         a(f"{I}col0 = c * {cpc}")
         for s in range(nseg):
             if bits in _POW2 and wpg >= 4:
-                a(f"{I}gi = (c * 4) // {wpg}")
+                # (c * 4) // wpg with c >= 0 and wpg a power of two: a shift (no signed-division fixup)
+                sh_g = (wpg // 4).bit_length() - 1
+                a(f"{I}gi = c >> {sh_g}" if sh_g else f"{I}gi = c")
             elif bits in _POW2:
                 a(f"{I}gi = c * {nseg} + {s}")
             else:
