@@ -280,6 +280,7 @@ def main(argv=None):
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except Exception:  # noqa: BLE001
         commit = "?"
+    commit = os.environ.get("TF_COMMIT") or commit or "?"  # the device copy has no git metadata
     table = []
     for i, g in enumerate(geoms):
         if a.tests and i == 1:  # GPU tests after the first geometry (they share its compiled kernels)

@@ -172,6 +172,8 @@ async def make_prompts(args, base: str, headers: dict, n: int, rng: random.Rando
 
 
 def git_commit() -> str:
+    if os.environ.get("TF_COMMIT"):  # the device copy has no git metadata
+        return os.environ["TF_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
                                        text=True, stderr=subprocess.DEVNULL).strip()
