@@ -64,6 +64,12 @@ class Case:
     result: dict = field(default_factory=dict)
 
 
+def _selected(only: str, name: str) -> bool:
+    """--only takes a comma list of substrings; empty selects everything."""
+    parts = [p for p in only.split(",") if p]
+    return not parts or any(p in name for p in parts)
+
+
 def register(name):
     def deco(fn):
         REGISTRY.append((name, fn))
@@ -380,7 +386,7 @@ def main(argv=None):
     print(f"GPU {gpu}  copy bandwidth {bw:.0f} GB/s (1 GiB d2d, read+write)", flush=True)
     rows = []
     for gname, fn in REGISTRY:
-        if args.only and args.only not in gname:
+        if not _selected(args.only, gname):
             continue
         try:
             cases = fn(ctx)
@@ -415,7 +421,7 @@ def main(argv=None):
     # part B's self-timed entries: ENTRIES = [(name, fn(model) -> list[dict(name, model, shape, us, bytes, gbs,
     # pct_copy, tflops, ...)])]; % of copy is recomputed against this run's copy rate
     for ename, fn in (getattr(kb, "ENTRIES", None) or []) if kb is not None else []:
-        if args.only and args.only not in ename:
+        if not _selected(args.only, ename):
             continue
         for model in SHAPES:
             try:

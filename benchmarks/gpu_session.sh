@@ -12,19 +12,29 @@ OUT=${OUT:-benchmarks/results/gpu_session}
 mkdir -p "$OUT"
 export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-T_TESTS=${T_TESTS:-140}
-T_KERNELS=${T_KERNELS:-55}
-T_DECODE=${T_DECODE:-130}
+T_TESTS=${T_TESTS:-130}
+T_KERNELS=${T_KERNELS:-45}
+T_DECODE=${T_DECODE:-120}
 T_SERVE=${T_SERVE:-60}
+T_PPL=${T_PPL:-60}
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/session.log"
 
 echo "== GPU tests" | tee -a "$OUT/session.log"
 timeout "$T_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -ra \
     tests/kernels tests/runtime tests/engine 2>&1 | tail -40 | tee -a "$OUT/session.log"
 
+echo "== perplexity of the embedded default model on the cuda backend (bf16 and fp8 caches)" | tee -a "$OUT/session.log"
+timeout "$T_PPL" $PY - <<'EOF' 2>&1 | tail -5 | tee -a "$OUT/session.log" | tee "$OUT/perplexity.txt"
+from tensorfold.engine.perplexity import perplexity
+text = open("tests/data/heldout.txt", encoding="utf-8").read()
+for kv in ("bf16", "fp8"):
+    ppl, n = perplexity(None, text, backend="cuda", kv_cache=kv)
+    print(f"default model, held-out text, cuda backend, kv cache {kv}: perplexity {ppl:.4f} over {n} tokens")
+EOF
+
 echo "== kernels (GEMV, sampling)" | tee -a "$OUT/session.log"
-timeout "$T_KERNELS" $PY benchmarks/bench_kernels.py --no-b --out "$OUT" 2>&1 | tail -40 | tee -a "$OUT/session.log"
+timeout "$T_KERNELS" $PY benchmarks/bench_kernels.py --no-b --only affine,sample --out "$OUT" 2>&1 | tail -40 | tee -a "$OUT/session.log"
 
 echo "== decode and prompt, 2B" | tee -a "$OUT/session.log"
 timeout "$T_DECODE" $PY benchmarks/bench_decode.py --geometry 2b --root /tmp/tfmodels --streams 1,8,32 \
