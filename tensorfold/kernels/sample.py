@@ -7,16 +7,33 @@ logits float32 ``[n, V]`` (V may be padded; ids >= valid_vocab never chosen), ou
 are device buffers so a decode step can be graph-captured and the buffers rewritten between replays.
 
 Reference mirrored (same rule, same hash, same token): ``tensorfold.reference.sampling.sample`` / ``uniform``.
-Kernels (fixed geometry per (rows, vocab); scratch from ``sample_workspace``, cached per shape):
-1. ``amax_part_k`` grid (G, rows), G = BLOCKS_PER_ROW (64 on the GPU: 3880 logits per block): each block reduces a
-   contiguous slice of its row to (max, lowest id) -> ``pv/pi[row, g]``; NaN never wins, ids >= valid_vocab unread.
-2. ``greedy_fin_k`` (one thread per row): exact argmax over the G partials (ties -> lowest id); rows with
-   temperature <= 0 or no finite max are written here.
-3. ``sample_k`` (one block per row; greedy rows leave at once): m from the partials; weights
-   ``exp((l - m) / T)`` in float64; top-k threshold by a 4-pass 8-bit radix select on order-preserving float keys
-   (integer counts in shared memory: exact); top-p threshold by the same radix select on mass (float64 shared
-   atomics); min-p as ``w >= min_p``; then the inverse-CDF draw in id order: each thread sums a contiguous chunk of
-   ids, thread 0 walks the chunk sums to the one holding ``u * Z``, that thread scans its chunk.
+Kernels (fixed geometry per (rows, vocab), nine launches, no host sync; scratch from ``sample_workspace``, cached
+per (rows, G); G = BLOCKS_PER_ROW = 64 on the GPU, so each row-slice block reads 3880 logits = 15 KB; rows whose
+work is done elsewhere leave each kernel at once):
+1. ``amax_part_k`` (G, rows): each block reduces a contiguous slice to (max, lowest id) -> ``pv/pi[row, g]``; NaN
+   never wins, ids >= valid_vocab unread.
+2. ``greedy_fin_k`` (one warp per row): exact argmax over the G partials (ties -> lowest id); rows with
+   temperature <= 0 or no finite max are written here. Sampled rows: m = that max, ``w = exp((l - m) / T)`` (f64).
+3. ``hist_k`` (G, rows): per slice, counts (exact) and masses (f64 shared atomics, used only with margins) of NB = 64
+   bins of ``d = (m - l) / T`` (1/4 wide; last bin = d >= 15.75 and -inf, kept in registers, no atomics), and the
+   slice's total weight in a fixed order. Bins are monotone in the logit: bins <= B are an upper set of keys.
+4. ``plan_k`` (one block per row): bin totals -> a bound B that contains every id the filters can keep (top-k: the
+   bin holding the k-th largest; top-p without top-k: the bin where the head mass passes top_p * Z (+1e-9); min-p:
+   the bin of -ln(min_p), +1). Mode 1: <= CAND_CAP (4096) candidates -> exact select. Mode 2 (top-k off): top-p's
+   threshold lies in the edge bins [Bq, B] (mass margins -/+1e-9), bins < Bq surely kept; or no top-p: no threshold.
+   Mode 3 (top-k on with > CAND_CAP candidates, or an edge bin > CAND_CAP): the single-block fallback ``sample_k``.
+5. ``gather_k`` (G, rows): candidate / edge ids to ``cand`` at per-block offsets from plan_k; sure mass per slice.
+6. ``select_k`` (one block per row): bitonic sort in shared memory by (key desc, id asc); mode 1: top-k = key of the
+   k-th, top-p = first key-group end whose running mass reaches top_p * Zk, min-p per element, re-sort the kept
+   ids by id, chunked inverse-CDF draw in id order -> out. Mode 2: the same running mass (sure + edge) gives the
+   top-p key threshold ``thrk``.
+7. ``dsum_k`` (G, rows) and 8. ``draw_k`` (one block per row), mode 2: kept weight per slice (key >= thrk, min-p;
+   contiguous per-thread chunks, chunk sums in thread order), then the slice, chunk and id where the running sum
+   (id order) passes ``u * Z``.
+9. ``sample_k`` (one block per row; mode 3 rows only): 4-pass 8-bit radix selects on keys (top-k, exact counts) and
+   on mass (top-p, f64 shared atomics: slow), then the chunked draw.
+Sums that the twin does in another order (Zk, running masses, Z) are float64 in a fixed order here, so kernel and
+twin can differ only when a threshold or the draw lands within ~1e-13 relative of an edge.
 """
 
 from __future__ import annotations
@@ -159,30 +176,757 @@ def amax_part_k(logits, valid_vocab, pv, pi):
 
 
 @devfn
-def _row_amax(pv, pi, row):
-    """(max, lowest id) of row from its partials (fixed order; exact). id _BIG -> 0 (all -inf / NaN)."""
-    gv = pv[row, 0]
-    gi = pi[row, 0]
-    for g in range(1, pv.shape[1]):
-        if _better(pv[row, g], pi[row, g], gv, gi):
-            gv = pv[row, g]
-            gi = pi[row, g]
-    if gi == _BIG:
-        gi = 0
-    return gv, gi
+def _row_amax(rmax, rarg, row):
+    """(max, argmax) of a row as greedy_fin_k left them."""
+    return rmax[row], rarg[row]
 
 
-def greedy_fin_k(pv, pi, temps, out_ids):
-    """One thread per row: rows with temperature <= 0 (or every logit -inf / NaN) take the argmax."""
+def greedy_fin_k(pv, pi, temps, out_ids, rmax, rarg):
+    """One warp per row (blockDim 32): exact argmax over the G partials (lane-strided, then the butterfly; ties ->
+    lowest id; none finite -> id 0) -> ``rmax/rarg[row]`` for the later kernels; rows with temperature <= 0 or no
+    finite / +inf max are written to out_ids here."""
     n = pv.shape[0]
-    for row in range(cuda.grid(1), n, cuda.gridsize(1)):
-        gv, gi = _row_amax(pv, pi, row)
-        T = temps[row]
-        if not (T > np.float32(0.0)) or not (gv > -_INF):
-            out_ids[row] = gi
+    G = pv.shape[1]
+    lane = cuda.threadIdx.x
+    for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
+        bv = -_INF
+        bi = np.int32(_BIG)
+        for g in range(lane, G, 32):
+            v = pv[row, g]
+            i = pi[row, g]
+            if _better(v, i, bv, bi):
+                bv = v
+                bi = i
+        bv, bi = warp_argmax(bv, bi)
+        if lane == 0:
+            if bi == _BIG:
+                bi = 0
+            rmax[row] = bv
+            rarg[row] = bi
+            T = temps[row]
+            if not (T > np.float32(0.0)) or not (bv > -_INF):
+                out_ids[row] = bi
 
 
-def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, pv, pi):
+# ---------------------------------------------------------------------------------------------------- sampled rows
+NB = 64  # bins of d = (m - l) / T, 1 / BSCALE wide; the last bin holds d >= (NB - 1) / BSCALE (w < 1.4e-7) and -inf
+BSCALE = 4.0
+CAND_CAP = 512 if IS_SIM else 4096  # candidate ids a row may gather for the exact final select (shared memory)
+FIN_TPB = 64 if IS_SIM else 256
+GMAX = 256  # most blocks per row (shared staging of per-block partials)
+
+
+@devfn
+def _wgt(lv, m, Tf):
+    return math.exp((np.float64(lv) - m) / Tf)
+
+
+@devfn
+def _bin(lv, m, Tf):
+    """Bin of a non-NaN logit: non-increasing in the logit (so bins <= B are the ids with logit >= some bound)."""
+    x = -((np.float64(lv) - m) / Tf) * BSCALE
+    if x < NB - 1:
+        return np.int32(x)
+    return np.int32(NB - 1)
+
+
+@devfn
+def _row_live(rmax, rarg, temps, row):
+    """(sampled?, max, argmax): a row is sampled when temperature > 0 and some logit is finite / +inf."""
+    gv, gi = _row_amax(rmax, rarg, row)
+    T = temps[row]
+    return (T > np.float32(0.0)) and (gv > -_INF), gv, gi
+
+
+def hist_k(logits, temps, valid_vocab, rmax, rarg, hc, hm, zp):
+    """Block (g, r) of a sampled row: per-bin counts ``hc[r, g, :]`` (exact) and masses ``hm[r, g, :]`` (float64
+    shared atomics on the NB-1 head bins only: order-dependent, used only for a conservative bound), and the slice's
+    total weight ``zp[r, g]`` (fixed order: per-thread strided sums, butterfly, warps in order)."""
+    sc = cuda.shared.array(NB, np.int32)
+    sm = cuda.shared.array(NB, np.float64)
+    redf = cuda.shared.array(32, np.float64)
+    redi = cuda.shared.array(32, np.int32)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    g = cuda.blockIdx.x
+    G = cuda.gridDim.x
+    n = logits.shape[0]
+    Vv = min(valid_vocab, logits.shape[1])
+    chunk = (Vv + G - 1) // G
+    lo = g * chunk
+    hi = min(Vv, lo + chunk)
+    for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
+        live, gv, gi = _row_live(rmax, rarg, temps, row)
+        if not live:
+            continue
+        m = np.float64(gv)
+        Tf = np.float64(temps[row])
+        for b in range(tid, NB, nthr):
+            sc[b] = 0
+            sm[b] = 0.0
+        cuda.syncthreads()
+        zs = np.float64(0.0)
+        ms = np.float64(0.0)
+        ct = np.int32(0)
+        for i in range(lo + tid, hi, nthr):
+            lv = logits[row, i]
+            if lv == lv:
+                w = _wgt(lv, m, Tf)
+                zs += w
+                b = _bin(lv, m, Tf)
+                if b < NB - 1:
+                    cuda.atomic.add(sc, b, 1)
+                    cuda.atomic.add(sm, b, w)
+                else:
+                    ct += 1
+                    ms += w
+        z = _block_sum_f64(zs, redf)
+        mt = _block_sum_f64(ms, redf)
+        cnt = _block_sum_i(ct, redi)
+        for b in range(tid, NB, nthr):
+            c = sc[b]
+            mm = sm[b]
+            if b == NB - 1:
+                c += cnt
+                mm += mt
+            hc[row, g, b] = c
+            hm[row, g, b] = mm
+        if tid == 0:
+            zp[row, g] = z
+        cuda.syncthreads()
+
+
+def plan_k(hc, hm, zp, temps, top_k, top_p, min_p, valid_vocab, cap, rmax, rarg, plan, off, ztot):
+    """One block per row: bin totals, the candidate bound B (every id the filters can keep has bin <= B),
+    ``plan[r] = (mode, B, C, nvalid, Blo)`` with mode 0 greedy (done), 1 gather the C <= cap candidates (bins <= B),
+    2 (top-k off) threshold draw: with top-p, bins < B are surely kept and bin B (C <= cap ids) is the edge whose
+    exact key threshold select_k finds; without top-p, B = -1 (no threshold); then a block-sum draw over the whole
+    row; 3 fallback (sample_k). ``off[r, g]``: where
+    block g's candidates start; ``ztot[r]``: total weight (zp summed in g order)."""
+    tc = cuda.shared.array(NB, np.int32)
+    tm = cuda.shared.array(NB, np.float64)
+    bc = cuda.shared.array(3, np.int32)
+    zs = cuda.shared.array(GMAX, np.float64)
+    cg = cuda.shared.array(GMAX, np.int32)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    n = hc.shape[0]
+    G = hc.shape[1]
+    for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
+        live, gv, gi = _row_live(rmax, rarg, temps, row)
+        if not live:
+            if tid == 0:
+                plan[row, 0] = 0
+            continue
+        for b in range(tid, NB, nthr):
+            # four loads in flight (L2 latency bound), added in g order
+            s = np.int32(0)
+            mm = np.float64(0.0)
+            G4 = G - (G & 3)
+            for gg in range(0, G4, 4):
+                c0 = hc[row, gg, b]
+                c1 = hc[row, gg + 1, b]
+                c2 = hc[row, gg + 2, b]
+                c3 = hc[row, gg + 3, b]
+                m0 = hm[row, gg, b]
+                m1 = hm[row, gg + 1, b]
+                m2 = hm[row, gg + 2, b]
+                m3 = hm[row, gg + 3, b]
+                s += c0 + c1 + c2 + c3
+                mm += m0
+                mm += m1
+                mm += m2
+                mm += m3
+            for gg in range(G4, G):
+                s += hc[row, gg, b]
+                mm += hm[row, gg, b]
+            tc[b] = s
+            tm[b] = mm
+        for gg in range(tid, G, nthr):
+            zs[gg] = zp[row, gg]
+        cuda.syncthreads()
+        if tid == 0:
+            Z = np.float64(0.0)
+            for gg in range(G):
+                Z += zs[gg]
+            ztot[row] = Z
+            nvalid = np.int32(0)
+            for b in range(NB):
+                nvalid += tc[b]
+            k = top_k[row]
+            kact = k > 0 and k < valid_vocab and k <= nvalid
+            tp = np.float64(top_p[row])
+            pact = tp < 1.0
+            mp = np.float64(min_p[row])
+            Bm = NB - 1
+            if mp > 0.0:
+                lm = -math.log(mp)
+                if lm < 0.0:
+                    Bm = 0
+                else:
+                    x = lm * BSCALE * (1.0 + 1e-9) + 1e-9
+                    if x < NB - 2:
+                        Bm = np.int32(x) + 1
+            B = NB - 1
+            Bp = NB - 1
+            Bq = NB - 1
+            if kact:
+                acc = np.int32(0)
+                for b in range(NB):
+                    acc += tc[b]
+                    if acc >= k:
+                        B = b
+                        break
+                if not pact:
+                    B = min(B, Bm)
+            else:
+                if pact:
+                    # bins < Bq surely below the top-p threshold bin, bins > B surely past it (margins cover the
+                    # order-dependent rounding of the atomically summed masses)
+                    target = tp * Z
+                    accm = np.float64(0.0)
+                    for b in range(NB - 1):
+                        accm += tm[b]
+                        if Bq == NB - 1 and accm >= target * (1.0 - 1e-9):
+                            Bq = b
+                        if accm >= target * (1.0 + 1e-9):
+                            B = b
+                            break
+                Bp = B
+                B = min(B, Bm)
+            C = np.int32(0)
+            for b in range(B + 1):
+                C += tc[b]
+            mode = 3
+            Blo = 0
+            if C <= cap:
+                mode = 1
+            elif not kact:
+                # threshold mode: bins < B are surely kept by top-p, bin B (the edge) is sorted exactly
+                mode = 2
+                if pact:
+                    B = Bp
+                    Blo = min(Bq, Bp)
+                    C = 0
+                    for b in range(Blo, B + 1):
+                        C += tc[b]
+                    if C > cap:
+                        mode = 3
+                else:
+                    B = -1
+                    C = 0
+                    Blo = 0
+            plan[row, 0] = mode
+            plan[row, 1] = B
+            plan[row, 2] = C
+            plan[row, 3] = nvalid
+            plan[row, 4] = Blo
+            bc[0] = mode
+            bc[1] = B
+            bc[2] = Blo
+        cuda.syncthreads()
+        mode = bc[0]
+        B = bc[1]
+        Blo = bc[2]
+        if mode == 1 or (mode == 2 and B >= 0):
+            for gg in range(tid, G, nthr):
+                s = np.int32(0)
+                for b in range(Blo, B + 1):
+                    s += hc[row, gg, b]
+                cg[gg] = s
+            cuda.syncthreads()
+            if tid == 0:
+                acc = np.int32(0)
+                for gg in range(G):
+                    c = cg[gg]
+                    cg[gg] = acc
+                    acc += c
+            cuda.syncthreads()
+            for gg in range(tid, G, nthr):
+                off[row, gg] = cg[gg]
+        cuda.syncthreads()
+
+
+@devfn
+def _kept_w(lv, m, Tf, mp):
+    """Weight of a logit under the element-wise filters only (NaN -> 0, min-p)."""
+    if lv != lv:
+        return np.float64(0.0)
+    w = _wgt(lv, m, Tf)
+    if mp > 0.0 and not (w >= mp):
+        return np.float64(0.0)
+    return w
+
+
+def gather_k(logits, temps, valid_vocab, rmax, rarg, plan, off, cand, dsum):
+    """Block g of a mode-1/2 row writes the ids of its slice with bin in [Blo, B] to ``cand[r, off[r, g]:]`` (order
+    within the block arbitrary: the select sorts). Mode 2 with top-p: ``dsum[r, g]`` = weight of the slice's ids
+    with bin < Blo (surely kept by top-p), fixed order (strided per-thread sums, butterfly, warps in order)."""
+    cnt = cuda.shared.array(1, np.int32)
+    redf = cuda.shared.array(32, np.float64)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    g = cuda.blockIdx.x
+    G = cuda.gridDim.x
+    n = logits.shape[0]
+    Vv = min(valid_vocab, logits.shape[1])
+    chunk = (Vv + G - 1) // G
+    lo = g * chunk
+    hi = min(Vv, lo + chunk)
+    for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
+        mode = plan[row, 0]
+        B = plan[row, 1]
+        if (mode != 1 and mode != 2) or B < 0:
+            continue
+        Blo = plan[row, 4]
+        gv, gi = _row_amax(rmax, rarg, row)
+        m = np.float64(gv)
+        Tf = np.float64(temps[row])
+        base = off[row, g]
+        if tid == 0:
+            cnt[0] = 0
+        cuda.syncthreads()
+        s = np.float64(0.0)
+        for i in range(lo + tid, hi, nthr):
+            lv = logits[row, i]
+            if lv == lv:
+                b = _bin(lv, m, Tf)
+                if b <= B and b >= Blo:
+                    j = cuda.atomic.add(cnt, 0, 1)
+                    cand[row, base + j] = i
+                elif b < Blo:
+                    s += _wgt(lv, m, Tf)
+        if mode == 2:
+            z = _block_sum_f64(s, redf)
+            if tid == 0:
+                dsum[row, g] = z
+        cuda.syncthreads()
+
+
+@devfn
+def _kept_wt(lv, m, Tf, mp, thr):
+    """Weight of a logit under a key threshold and min-p (NaN or below -> 0)."""
+    if lv != lv or _key(lv) < thr:
+        return np.float64(0.0)
+    w = _wgt(lv, m, Tf)
+    if mp > 0.0 and not (w >= mp):
+        return np.float64(0.0)
+    return w
+
+
+def dsum_k(logits, temps, min_p, valid_vocab, rmax, rarg, plan, thrk, dsum):
+    """Mode 2 rows: ``dsum[r, g]`` = kept weight (key >= thrk[r], min-p) of slice g, summed over contiguous
+    per-thread chunks, chunk sums in thread order (draw_k repeats exactly that order in the chosen slice)."""
+    part = cuda.shared.array(1024, np.float64)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    g = cuda.blockIdx.x
+    G = cuda.gridDim.x
+    n = logits.shape[0]
+    Vv = min(valid_vocab, logits.shape[1])
+    chunk = (Vv + G - 1) // G
+    lo = g * chunk
+    hi = min(Vv, lo + chunk)
+    for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
+        if plan[row, 0] != 2:
+            continue
+        gv, gi = _row_amax(rmax, rarg, row)
+        m = np.float64(gv)
+        Tf = np.float64(temps[row])
+        mp = np.float64(min_p[row])
+        thr = thrk[row]
+        Cc = (hi - lo + nthr - 1) // nthr
+        a = min(hi, lo + tid * Cc)
+        e = min(hi, a + Cc)
+        s = np.float64(0.0)
+        for i in range(a, e):
+            s += _kept_wt(logits[row, i], m, Tf, mp, thr)
+        part[tid] = s
+        cuda.syncthreads()
+        if tid == 0:
+            t = np.float64(0.0)
+            for j in range(nthr):
+                t += part[j]
+            dsum[row, g] = t
+        cuda.syncthreads()
+
+
+@devfn
+def _before(va, ia, vb, ib):
+    """Sort order of the final select: larger key first, then lower id (sentinels: NaN key 0, id _BIG, last)."""
+    ka = _key(va)
+    kb = _key(vb)
+    return ka > kb or (ka == kb and ia < ib)
+
+
+@devfn
+def _bitonic_key(sv, si, P2):
+    """Block-wide bitonic sort of (sv, si)[0:P2] (P2 a power of two) by (key desc, id asc); ends synced."""
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    size = 2
+    while size <= P2:
+        stride = size >> 1
+        while stride > 0:
+            for t in range(tid, P2 >> 1, nthr):
+                x = 2 * stride * (t // stride) + (t % stride)
+                y = x + stride
+                bef = _before(sv[x], si[x], sv[y], si[y])
+                if ((x & size) == 0) != bef:
+                    tv = sv[x]
+                    sv[x] = sv[y]
+                    sv[y] = tv
+                    ti = si[x]
+                    si[x] = si[y]
+                    si[y] = ti
+            cuda.syncthreads()
+            stride >>= 1
+        size <<= 1
+
+
+@devfn
+def _bitonic_id(sv, si, P2):
+    """The same by id ascending."""
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    size = 2
+    while size <= P2:
+        stride = size >> 1
+        while stride > 0:
+            for t in range(tid, P2 >> 1, nthr):
+                x = 2 * stride * (t // stride) + (t % stride)
+                y = x + stride
+                if ((x & size) == 0) != (si[x] < si[y]):
+                    tv = sv[x]
+                    sv[x] = sv[y]
+                    sv[y] = tv
+                    ti = si[x]
+                    si[x] = si[y]
+                    si[y] = ti
+            cuda.syncthreads()
+            stride >>= 1
+        size <<= 1
+
+
+def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, rmax, rarg, plan, cand, ztot,
+             dsum, thrk):
+    """One block per row. Mode 1: sort the candidates (bitonic, shared memory) by (key desc, id asc); top-k
+    threshold = key of the k-th; top-p: first key-group end whose running mass (sorted order, chunked sums) reaches
+    top_p * Zk; min-p per element; re-sort the kept prefix by id and draw (chunked inverse CDF in id order).
+    Mode 2 with top-p: sort the edge ids the same way; running mass = sure mass (dsum from gather_k, g order) +
+    chunked sums over the sorted edge; ``thrk[r]`` = key of the first key-group end reaching top_p * Z (none: the
+    smallest edge key); mode 2 without top-p: ``thrk[r] = 0``."""
+    sv = cuda.shared.array(CAND_CAP, np.float32)
+    si = cuda.shared.array(CAND_CAP, np.int32)
+    part = cuda.shared.array(FIN_TPB, np.float64)
+    ds = cuda.shared.array(GMAX, np.float64)
+    bc = cuda.shared.array(4, np.int32)
+    bcf = cuda.shared.array(4, np.float64)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    n = logits.shape[0]
+    Vv = min(valid_vocab, logits.shape[1])
+    G = dsum.shape[1]
+    for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
+        mode = plan[row, 0]
+        if mode != 1 and mode != 2:
+            continue
+        gv, gi = _row_amax(rmax, rarg, row)
+        m = np.float64(gv)
+        Tf = np.float64(temps[row])
+        mp = np.float64(min_p[row])
+        if mode == 2:
+            # threshold mode: key threshold of top-p from the edge bins (sorted), sure mass = dsum (gather_k)
+            B = plan[row, 1]
+            if B < 0:
+                if tid == 0:
+                    thrk[row] = 0
+                cuda.syncthreads()
+                continue
+            C = plan[row, 2]
+            P2 = 1
+            while P2 < C:
+                P2 *= 2
+            for j in range(tid, P2, nthr):
+                if j < C:
+                    i = cand[row, j]
+                    si[j] = i
+                    sv[j] = logits[row, i]
+                else:
+                    si[j] = _BIG
+                    sv[j] = _NAN
+            cuda.syncthreads()
+            _bitonic_key(sv, si, P2)
+            tp = np.float64(top_p[row])
+            Cc = (C + nthr - 1) // nthr
+            a = min(C, tid * Cc)
+            e = min(C, a + Cc)
+            s = np.float64(0.0)
+            for j in range(a, e):
+                s += _wgt(sv[j], m, Tf)
+            part[tid] = s
+            cuda.syncthreads()
+            for gg in range(tid, G, nthr):
+                ds[gg] = dsum[row, gg]
+            cuda.syncthreads()
+            if tid == 0:
+                acc = np.float64(0.0)
+                for gg in range(G):
+                    acc += ds[gg]
+                for t in range(nthr):
+                    d = part[t]
+                    part[t] = acc
+                    acc += d
+                bcf[0] = tp * ztot[row]
+                bc[1] = _BIG
+            cuda.syncthreads()
+            target = bcf[0]
+            acc = part[tid]
+            for j in range(a, e):
+                acc += _wgt(sv[j], m, Tf)
+                if (j + 1 == C or _key(sv[j + 1]) != _key(sv[j])) and acc >= target:
+                    cuda.atomic.min(bc, 1, j)
+                    break
+            cuda.syncthreads()
+            if tid == 0:
+                jj = bc[1]
+                if jj == _BIG:
+                    jj = C - 1
+                thrk[row] = _key(sv[jj]) if jj >= 0 else np.int64(0)
+            cuda.syncthreads()
+            continue
+        # ---- mode 1: exact select over the gathered candidates
+        C = plan[row, 2]
+        nvalid = plan[row, 3]
+        P2 = 1
+        while P2 < C:
+            P2 *= 2
+        for j in range(tid, P2, nthr):
+            if j < C:
+                i = cand[row, j]
+                si[j] = i
+                sv[j] = logits[row, i]
+            else:
+                si[j] = _BIG
+                sv[j] = _NAN
+        cuda.syncthreads()
+        _bitonic_key(sv, si, P2)
+        # top-k: keep keys >= the k-th largest key (ties kept): prefix [0, L)
+        k = top_k[row]
+        L = C
+        if k > 0 and k < Vv and k <= nvalid:
+            tk = _key(sv[k - 1])
+            for j in range(tid, C, nthr):
+                if _key(sv[j]) >= tk and (j + 1 == C or _key(sv[j + 1]) < tk):
+                    bc[0] = j + 1
+            cuda.syncthreads()
+            L = bc[0]
+            kact = True
+        else:
+            kact = False
+        cuda.syncthreads()
+        # top-p over the sorted prefix: first key-group end whose running mass >= top_p * Zk
+        tp = np.float64(top_p[row])
+        P = L
+        if tp < 1.0:
+            Cc = (L + nthr - 1) // nthr
+            a = min(L, tid * Cc)
+            e = min(L, a + Cc)
+            s = np.float64(0.0)
+            for j in range(a, e):
+                s += _wgt(sv[j], m, Tf)
+            part[tid] = s
+            cuda.syncthreads()
+            if tid == 0:
+                acc = np.float64(0.0)
+                for t in range(nthr):
+                    d = part[t]
+                    part[t] = acc
+                    acc += d
+                Zk = acc if kact else ztot[row]
+                bcf[0] = tp * Zk
+                bc[1] = _BIG
+            cuda.syncthreads()
+            target = bcf[0]
+            acc = part[tid]
+            for j in range(a, e):
+                acc += _wgt(sv[j], m, Tf)
+                if (j + 1 == L or _key(sv[j + 1]) != _key(sv[j])) and acc >= target:
+                    cuda.atomic.min(bc, 1, j)
+                    break
+            cuda.syncthreads()
+            if bc[1] != _BIG:
+                P = bc[1] + 1
+            cuda.syncthreads()
+        # re-sort the kept prefix [0, P) by id; min-p applies per element
+        P2 = 1
+        while P2 < P:
+            P2 *= 2
+        for j in range(P + tid, P2, nthr):
+            si[j] = _BIG
+            sv[j] = _NAN
+        cuda.syncthreads()
+        _bitonic_id(sv, si, P2)
+        Cc = (P + nthr - 1) // nthr
+        a = min(P, tid * Cc)
+        e = min(P, a + Cc)
+        s = np.float64(0.0)
+        for j in range(a, e):
+            s += _kept_w(sv[j], m, Tf, mp)
+        part[tid] = s
+        cuda.syncthreads()
+        if tid == 0:
+            Z = np.float64(0.0)
+            for t in range(nthr):
+                Z += part[t]
+            target = _uniform(seeds[row], positions[row]) * Z
+            acc = np.float64(0.0)
+            ot = -1
+            lastt = -1
+            lacc = acc
+            for t in range(nthr):
+                d = part[t]
+                if d > 0.0:
+                    if acc + d > target:
+                        ot = t
+                        break
+                    lastt = t
+                    lacc = acc
+                acc += d
+            if ot < 0:
+                ot = lastt
+                acc = lacc
+            if ot < 0:
+                out_ids[row] = gi
+            bc[2] = ot
+            bcf[2] = acc
+            bcf[3] = target
+        cuda.syncthreads()
+        if tid == bc[2]:
+            acc = bcf[2]
+            target = bcf[3]
+            choice = -1
+            last = -1
+            for j in range(a, e):
+                w = _kept_w(sv[j], m, Tf, mp)
+                if w > 0.0:
+                    acc += w
+                    last = si[j]
+                    if acc > target:
+                        choice = si[j]
+                        break
+            if choice < 0:
+                choice = last if last >= 0 else gi
+            out_ids[row] = choice
+        cuda.syncthreads()
+
+
+def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, rarg, plan, thrk, dsum):
+    """Mode 2 rows, one block: the slice whose running dsum (g order) passes u * Z, then the chunk (chunk sums in
+    thread order, as dsum_k), then the id; u * Z never reached (rounding): the last kept id; nothing kept: argmax."""
+    part = cuda.shared.array(FIN_TPB, np.float64)
+    ds = cuda.shared.array(GMAX, np.float64)
+    bc = cuda.shared.array(4, np.int32)
+    bcf = cuda.shared.array(4, np.float64)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    n = logits.shape[0]
+    Vv = min(valid_vocab, logits.shape[1])
+    G = dsum.shape[1]
+    for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
+        if plan[row, 0] != 2:
+            continue
+        gv, gi = _row_amax(rmax, rarg, row)
+        m = np.float64(gv)
+        Tf = np.float64(temps[row])
+        mp = np.float64(min_p[row])
+        thr = thrk[row]
+        chunk = (Vv + G - 1) // G
+        for gg in range(tid, G, nthr):
+            ds[gg] = dsum[row, gg]
+        cuda.syncthreads()
+        if tid == 0:
+            Z = np.float64(0.0)
+            for gg in range(G):
+                Z += ds[gg]
+            target = _uniform(seeds[row], positions[row]) * Z
+            acc = np.float64(0.0)
+            owner = -1
+            lastg = -1
+            lacc = np.float64(0.0)
+            for gg in range(G):
+                d = ds[gg]
+                if d > 0.0:
+                    if acc + d > target:
+                        owner = gg
+                        break
+                    lastg = gg
+                    lacc = acc
+                acc += d
+            if owner < 0:
+                owner = lastg
+                acc = lacc
+            bc[0] = owner
+            bcf[0] = acc
+            bcf[1] = target
+        cuda.syncthreads()
+        owner = bc[0]
+        if owner < 0:
+            if tid == 0:
+                out_ids[row] = gi
+            cuda.syncthreads()
+            continue
+        lo0 = owner * chunk
+        hi0 = min(Vv, lo0 + chunk)
+        Cc = (hi0 - lo0 + nthr - 1) // nthr
+        a = min(hi0, lo0 + tid * Cc)
+        e = min(hi0, a + Cc)
+        s = np.float64(0.0)
+        for i in range(a, e):
+            s += _kept_wt(logits[row, i], m, Tf, mp, thr)
+        part[tid] = s
+        cuda.syncthreads()
+        if tid == 0:
+            acc = bcf[0]
+            target = bcf[1]
+            ot = -1
+            lastt = -1
+            lacc = acc
+            for t in range(nthr):
+                d = part[t]
+                if d > 0.0:
+                    if acc + d > target:
+                        ot = t
+                        break
+                    lastt = t
+                    lacc = acc
+                acc += d
+            if ot < 0:
+                ot = lastt
+                acc = lacc
+            bc[1] = ot
+            bcf[2] = acc
+        cuda.syncthreads()
+        if tid == bc[1]:
+            acc = bcf[2]
+            target = bcf[1]
+            choice = -1
+            last = -1
+            for i in range(a, e):
+                w = _kept_wt(logits[row, i], m, Tf, mp, thr)
+                if w > 0.0:
+                    acc += w
+                    last = i
+                    if acc > target:
+                        choice = i
+                        break
+            if choice < 0:
+                choice = last if last >= 0 else gi
+            out_ids[row] = choice
+        cuda.syncthreads()
+
+
+def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, rmax, rarg, plan):
     redf = cuda.shared.array(32, np.float64)
     redi = cuda.shared.array(32, np.int32)
     hist = cuda.shared.array(256, np.int32)
@@ -195,7 +939,9 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
     n = logits.shape[0]
     Vv = min(valid_vocab, logits.shape[1])
     for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
-        gv, gi = _row_amax(pv, pi, row)  # from amax_part_k's partials (exact)
+        if plan[row, 0] != 3:
+            continue  # greedy, or done by select_k / draw_k
+        gv, gi = _row_amax(rmax, rarg, row)  # from amax_part_k's partials (exact)
         T = temps[row]
         if not (T > np.float32(0.0)) or not (gv > -_INF):
             continue  # greedy row: greedy_fin_k wrote it
@@ -342,9 +1088,21 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
 sample_py = sample_k
 amax_part_py = amax_part_k
 greedy_fin_py = greedy_fin_k
+hist_py = hist_k
+plan_py = plan_k
+gather_py = gather_k
+select_py = select_k
+dsum_py = dsum_k
+draw_py = draw_k
 sample_k = cuda.jit(sample_k)
 amax_part_k = cuda.jit(amax_part_k)
 greedy_fin_k = cuda.jit(greedy_fin_k)
+hist_k = cuda.jit(hist_k)
+plan_k = cuda.jit(plan_k)
+gather_k = cuda.jit(gather_k)
+select_k = cuda.jit(select_k)
+dsum_k = cuda.jit(dsum_k)
+draw_k = cuda.jit(draw_k)
 
 AMAX_TPB = 64 if IS_SIM else 256
 BLOCKS_PER_ROW = 3 if IS_SIM else 64  # 248320 / 64 = 3880 logits (15 KB) per block, 15 per thread
@@ -352,38 +1110,69 @@ _WS: dict = {}
 
 
 def sample_workspace(n, blocks_per_row=None):
-    """Device scratch for ``launch_sample`` keyed by (rows, blocks per row), allocated once (call it before a graph
-    capture, or let the first eager launch do it): partial maxima ``pv`` float32 [n, G] and ids ``pi`` int32 [n, G].
+    """Device scratch for ``launch_sample`` keyed by (rows, blocks per row G), allocated once (the runtime's eager
+    warm-up launch before a graph capture does it): ``pv`` f32 [n, G], ``pi`` i32 [n, G] (partial argmax), ``hc``
+    i32 / ``hm`` f64 [n, G, NB] (bin counts / masses), ``zp`` f64 [n, G], ``plan`` i32 [n, 5], ``off`` i32 [n, G],
+    ``cand`` i32 [n, CAND_CAP], ``ztot`` f64 [n], ``dsum`` f64 [n, G], ``thrk`` i64 [n], ``rmax`` f32 / ``rarg``
+    i32 [n] (the row's max and argmax). About 70 KB per row at G = 64.
     Launches that share a workspace must be ordered on one stream (the runtime samples on one stream)."""
     G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
-    key = (int(n), G)
+    n = int(n)
+    key = (n, G)
     ws = _WS.get(key)
     if ws is None:
-        ws = (cuda.device_array((n, G), np.float32), cuda.device_array((n, G), np.int32))
+        da = cuda.device_array
+        ws = (da((n, G), np.float32), da((n, G), np.int32), da((n, G, NB), np.int32), da((n, G, NB), np.float64),
+              da((n, G), np.float64), da((n, 5), np.int32), da((n, G), np.int32), da((n, CAND_CAP), np.int32),
+              da(n, np.float64), da((n, G), np.float64), da(n, np.int64), da(n, np.float32), da(n, np.int32))
         _WS[key] = ws
     return ws
 
 
 def launch_sample(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, stream=0,
-                  max_blocks=None, blocks_per_row=None, workspace=None):
-    """Fixed geometry per (rows, vocab): amax_part_k grid (G, rows), greedy_fin_k, then sample_k (one block per
-    sampled row; greedy rows leave at once). ``max_blocks`` caps the row dimension of each grid (rows are
-    grid-strided), ``blocks_per_row`` overrides G, ``workspace`` = ``sample_workspace(rows, G)``."""
+                  max_blocks=None, blocks_per_row=None, workspace=None, cand_cap=None):
+    """Fixed geometry per (rows, vocab), seven launches, no host sync: amax_part_k (G, rows), greedy_fin_k,
+    hist_k (G, rows), plan_k (rows), gather_k (G, rows), select_k (rows), dsum_k (G, rows), draw_k (rows), sample_k (rows; only fallback rows do
+    work). ``max_blocks`` caps the row dimension of each grid (rows are grid-strided), ``blocks_per_row`` overrides
+    G, ``workspace`` = ``sample_workspace(rows, G)``, ``cand_cap`` (<= CAND_CAP) lowers the candidate bound (tests)."""
     n = logits.shape[0]
     G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
-    pv, pi = sample_workspace(n, G) if workspace is None else workspace
+    ws = sample_workspace(n, G) if workspace is None else workspace
+    pv, pi, hc, hm, zp, plan, off, cand, ztot, dsum, thrk, rmax, rarg = ws
     gr = n if max_blocks is None else max(1, min(n, max_blocks))
-    vv = np.int32(valid_vocab)
+    vv = np.int32(min(int(valid_vocab), logits.shape[1]))
+    cap = np.int32(CAND_CAP if cand_cap is None else min(int(cand_cap), CAND_CAP))
+    if not 1 <= G <= GMAX:
+        raise ValueError(f"launch_sample: blocks_per_row {G} outside [1, {GMAX}]")
     amax_part_k[(G, gr), AMAX_TPB, stream](logits, vv, pv, pi)
-    greedy_fin_k[(n + 127) // 128, 128, stream](pv, pi, temps, out_ids)
-    sample_k[gr, SAMPLE_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vv, pv, pi)
+    greedy_fin_k[gr, 32, stream](pv, pi, temps, out_ids, rmax, rarg)
+    hist_k[(G, gr), AMAX_TPB, stream](logits, temps, vv, rmax, rarg, hc, hm, zp)
+    plan_k[gr, 64, stream](hc, hm, zp, temps, top_k, top_p, min_p, vv, cap, rmax, rarg, plan, off, ztot)
+    gather_k[(G, gr), AMAX_TPB, stream](logits, temps, vv, rmax, rarg, plan, off, cand, dsum)
+    select_k[gr, FIN_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vv, rmax, rarg,
+                                  plan, cand, ztot, dsum, thrk)
+    dsum_k[(G, gr), AMAX_TPB, stream](logits, temps, min_p, vv, rmax, rarg, plan, thrk, dsum)
+    draw_k[gr, FIN_TPB, stream](logits, out_ids, temps, min_p, seeds, positions, vv, rmax, rarg, plan, thrk, dsum)
+    sample_k[gr, SAMPLE_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vv, rmax, rarg,
+                                     plan)
 
-
-_SIG_SAMPLE = ("void(float32[:, ::1], int32[::1], float32[::1], int32[::1], float32[::1], float32[::1], int64[::1], "
-               "int64[::1], int32, float32[:, ::1], int32[:, ::1])")
+_F2 = "float32[:, ::1]"
+_I2 = "int32[:, ::1]"
+_D2 = "float64[:, ::1]"
+_R = "float32[::1], int32[::1]"  # rmax, rarg
+_P1 = "float32[::1], int32[::1], float32[::1], float32[::1], int64[::1], int64[::1]"  # temps .. positions
 COMPILE_SPECS = [
-    (sample_py, _SIG_SAMPLE),
-    (amax_part_py, "void(float32[:, ::1], int32, float32[:, ::1], int32[:, ::1])"),
-    (greedy_fin_py, "void(float32[:, ::1], int32[:, ::1], float32[::1], int32[::1])"),
+    (sample_py, f"void({_F2}, int32[::1], {_P1}, int32, {_R}, {_I2})"),
+    (amax_part_py, f"void({_F2}, int32, {_F2}, {_I2})"),
+    (greedy_fin_py, f"void({_F2}, {_I2}, float32[::1], int32[::1], {_R})"),
+    (hist_py, f"void({_F2}, float32[::1], int32, {_R}, int32[:, :, ::1], float64[:, :, ::1], {_D2})"),
+    (plan_py, f"void(int32[:, :, ::1], float64[:, :, ::1], {_D2}, float32[::1], int32[::1], float32[::1], "
+              f"float32[::1], int32, int32, {_R}, {_I2}, {_I2}, float64[::1])"),
+    (gather_py, f"void({_F2}, float32[::1], int32, {_R}, {_I2}, {_I2}, {_I2}, {_D2})"),
+    (select_py, f"void({_F2}, int32[::1], {_P1}, int32, {_R}, {_I2}, {_I2}, float64[::1], {_D2}, int64[::1])"),
+    (dsum_py, f"void({_F2}, float32[::1], float32[::1], int32, {_R}, {_I2}, int64[::1], {_D2})"),
+    (draw_py, f"void({_F2}, int32[::1], float32[::1], float32[::1], int64[::1], int64[::1], int32, {_R}, {_I2}, "
+              f"int64[::1], {_D2})"),
 ]
-HOT = {"sample_k", "amax_part_k", "greedy_fin_k"}
+HOT = {"sample_k", "amax_part_k", "greedy_fin_k", "hist_k", "plan_k", "gather_k", "select_k", "dsum_k",
+       "draw_k"}

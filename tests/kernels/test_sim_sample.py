@@ -11,12 +11,12 @@ from tensorfold.reference import sampling as S
 rng = np.random.default_rng()
 
 
-def _run(logits, temps, top_k, top_p, min_p, seeds, positions, valid):
+def _run(logits, temps, top_k, top_p, min_p, seeds, positions, valid, **kw):
     n = logits.shape[0]
     out = np.full(n, -7, np.int32)
     K.launch_sample(logits, out, np.asarray(temps, np.float32), np.asarray(top_k, np.int32),
                     np.asarray(top_p, np.float32), np.asarray(min_p, np.float32), np.asarray(seeds, np.int64),
-                    np.asarray(positions, np.int64), valid, max_blocks=2)
+                    np.asarray(positions, np.int64), valid, max_blocks=2, **kw)
     return out
 
 
@@ -85,3 +85,29 @@ def test_greedy_split_rows(G):
                     max_blocks=2, blocks_per_row=G)
     assert out.tolist() == [S.sample(lg[r], 0.0, valid_vocab=valid) for r in range(n)]
     assert out[1] == 3 and out[2] == 0 and out[3] == 0 and out[4] == 150
+
+
+@pytest.mark.parametrize("cap,G", [(8, 3), (24, 5), (None, 2)])
+def test_sampled_paths_match_twin(cap, G):
+    """Every path of the multi-block sampler against the twin: a small candidate cap forces the threshold draw
+    (top-k off: sure bins + sorted edge bin for top-p, or no threshold) and the single-block fallback (top-k on and
+    too many candidates); rounded logits give key ties at the top-k / top-p edges; -inf and NaN logits; min-p > 1
+    keeps nothing (argmax)."""
+    r = np.random.default_rng(int(rng.integers(1 << 30)))
+    n, V, valid = 8, 211, 205
+    lg = (r.standard_normal((n, V)) * 2.5).astype(np.float32)
+    lg[1::2] = np.round(lg[1::2], 1)
+    lg[0, :9] = -np.inf
+    lg[2, 5:12] = np.nan
+    t = np.array([1.0, 0.7, 1.3, 0.9, 1.0, 2.0, 0.8, 1.0], np.float32)
+    k = np.array([0, 0, 0, 0, 7, 30, 0, 3], np.int32)
+    p = np.array([0.9, 0.5, 1.0, 0.95, 0.8, 1.0, 0.3, 1.0], np.float32)
+    mp = np.array([0.0, 0.0, 0.05, 0.0, 0.02, 0.0, 0.0, 2.0], np.float32)
+    seeds = r.integers(0, 2**63 - 1, n, dtype=np.int64)
+    pos = r.integers(0, 100000, n, dtype=np.int64)
+    out = _run(lg, t, k, p, mp, seeds, pos, valid, cand_cap=cap, blocks_per_row=G)
+    ref = [S.sample(lg[i], t[i], k[i], p[i], mp[i], int(seeds[i]), int(pos[i]), valid) for i in range(n)]
+    assert out.tolist() == ref
+    modes = K.sample_workspace(n, G)[5].copy_to_host()[:, 0].tolist()
+    if cap == 8:
+        assert 2 in modes and 3 in modes
