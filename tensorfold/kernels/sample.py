@@ -184,7 +184,7 @@ def _row_amax(rmax, rarg, row):
 def greedy_fin_k(pv, pi, temps, out_ids, rmax, rarg):
     """One warp per row (blockDim 32): exact argmax over the G partials (lane-strided, then the butterfly; ties ->
     lowest id; none finite -> id 0) -> ``rmax/rarg[row]`` for the later kernels; rows with temperature <= 0 or no
-    finite / +inf max are written to out_ids here."""
+    finite max (as the twin: +inf too) are written to out_ids here."""
     n = pv.shape[0]
     G = pv.shape[1]
     lane = cuda.threadIdx.x
@@ -204,7 +204,7 @@ def greedy_fin_k(pv, pi, temps, out_ids, rmax, rarg):
             rmax[row] = bv
             rarg[row] = bi
             T = temps[row]
-            if not (T > np.float32(0.0)) or not (bv > -_INF):
+            if not (T > np.float32(0.0)) or not (bv > -_INF and bv < _INF):
                 out_ids[row] = bi
 
 
@@ -232,10 +232,10 @@ def _bin(lv, m, Tf):
 
 @devfn
 def _row_live(rmax, rarg, temps, row):
-    """(sampled?, max, argmax): a row is sampled when temperature > 0 and some logit is finite / +inf."""
+    """(sampled?, max, argmax): a row is sampled when temperature > 0 and the max is finite (as the twin)."""
     gv, gi = _row_amax(rmax, rarg, row)
     T = temps[row]
-    return (T > np.float32(0.0)) and (gv > -_INF), gv, gi
+    return (T > np.float32(0.0)) and (gv > -_INF) and (gv < _INF), gv, gi
 
 
 def hist_k(logits, temps, valid_vocab, rmax, rarg, hc, hm, zp):
@@ -943,7 +943,7 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
             continue  # greedy, or done by select_k / draw_k
         gv, gi = _row_amax(rmax, rarg, row)  # from amax_part_k's partials (exact)
         T = temps[row]
-        if not (T > np.float32(0.0)) or not (gv > -_INF):
+        if not (T > np.float32(0.0)) or not (gv > -_INF and gv < _INF):
             continue  # greedy row: greedy_fin_k wrote it
         m = np.float64(gv)
         Tf = np.float64(T)

@@ -111,3 +111,14 @@ def test_sampled_paths_match_twin(cap, G):
     modes = K.sample_workspace(n, G)[5].copy_to_host()[:, 0].tolist()
     if cap == 8:
         assert 2 in modes and 3 in modes
+
+
+def test_infinite_max_is_greedy():
+    """A +inf logit makes the row greedy even at temperature > 0 (the twin's rule: no finite max)."""
+    lg = rng.standard_normal((2, 100)).astype(np.float32)
+    lg[0, [70, 30]] = np.inf
+    lg[1, 99] = np.inf  # padded: masked, so row 1 is sampled normally
+    out = _run(lg, [1.0, 1.0], [0, 5], [0.9, 1.0], [0, 0], [5, 6], [7, 8], 99)
+    assert out.tolist() == [S.sample(lg[r], 1.0, [0, 5][r], [0.9, 1.0][r], 0.0, [5, 6][r], [7, 8][r], 99)
+                            for r in range(2)]
+    assert out[0] == 30
