@@ -34,7 +34,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.kernels._device import IS_SIM
-from tensorfold.kernels import affine, attention, compact, conv, delta_rule, kv8
+from tensorfold.kernels import activations, affine, attention, compact, conv, delta_rule, embedding, kv8, norms
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
@@ -43,6 +43,7 @@ __all__ = ["Batch", "Meta", "SampleMeta", "Buffers", "Runner", "step_batch", "wi
 
 _SIM_BLOCKS = {"blocks": 1, "threads": 4} if IS_SIM else {}  # simulator: one small grid-stride block
 _SIM_B1 = {"blocks": 1} if IS_SIM else {}
+_SIM_MB = {"max_blocks": 1} if IS_SIM else {}  # part-A kernels (norms, activations, embedding): one grid-stride block
 MAX_WINDOW = 16  # rows per stream in a window / tree (delta_rule.MAXR)
 GEMV_ROWS = 64  # rows per GEMV launch (split-K workspace is sized for this many)
 ROW_FIELDS = ("ids", "row_slot", "parent", "pos", "cache_idx", "nk", "tmask", "tbase")
@@ -329,6 +330,15 @@ class Buffers:
 # ------------------------------------------------------------------------------------------------ runner
 
 
+def _embed(wt, ids, out, stream):
+    """out[r] = row ids[r] of the embedding (an arena linear entry: MLX affine, bf16 / f32 scales, or bf16 dense)."""
+    if wt["kind"] == "affine":
+        embedding.launch_embed_affine(ids, wt["W"], wt["S"], wt["B"], out, wt["bits"], wt["group"], stream=stream,
+                                      **_SIM_MB)
+    else:
+        embedding.launch_embed_dense(ids, wt["W16"], out, stream=stream, **_SIM_MB)
+
+
 class Runner:
     """The model on the device: weights (``Arena``), caches (``Caches``), buffers, and the launch sequence."""
 
@@ -336,7 +346,8 @@ class Runner:
         self.c = c = config
         self.arena, self.caches = arena, caches
         self.eps = float(c.rms_norm_eps)
-        self.act = 0 if (getattr(c, "output_gate_type", "silu") or "silu") in ("silu", "swish") else 1
+        # GDN output-norm gate, as norms.launch_gated_rms_norm names it (a string: any other value means sigmoid there)
+        self.act = "silu" if (getattr(c, "output_gate_type", "silu") or "silu") in ("silu", "swish") else "sigmoid"
         self.rotary_dim = int(c.head_dim * c.partial_rotary_factor)
         self.scale = float(c.head_dim ** -0.5)
         self.Hv, self.Dv = c.linear_num_value_heads, c.linear_value_head_dim
@@ -417,8 +428,10 @@ class Runner:
             delta_rule.launch_recurrent(B.y[:R], aa, bb, self.arena.vec(pre + "A_log"),
                                         self.arena.vec(pre + "dt_bias"), cc.rec[li], *seg,
                                         m.view("seg_commit", S), par, B.o[:R], *logs, stream=stream)
-        glue.launch_gated_norm(B.o[:R], z, self.arena.vec(pre + "norm"), B.gn[:R], self.eps, self.act,
-                               stream=stream)
+        # o [R, Hv, Dv] viewed as [R, Vd]: per-head norm over head_dim = Dv columns, gate z [R, Vd] (a column
+        # block of u when fused: strided rows, which the kernel indexes as such)
+        norms.launch_gated_rms_norm(B.o[:R].reshape((R, Vd)), z, self.arena.vec(pre + "norm"), B.gn[:R], self.eps,
+                                    self.Dv, act=self.act, stream=stream, **_SIM_MB)
         self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream)
 
     def _attn(self, l, R, mode, b, stream):
@@ -460,22 +473,21 @@ class Runner:
         self._m = m = meta or self.meta
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
-        glue.launch_embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream=stream)
-        glue.launch_rmsnorm_rows(B.h, a.vec("layers.0.input_layernorm"), m.view("iota", R), B.x[:R], self.eps,
-                                 stream=stream)
+        _embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream)
+        norms.launch_rms_norm(B.h[:R], a.vec("layers.0.input_layernorm"), B.x[:R], self.eps, stream=stream, **_SIM_MB)
         L = c.num_hidden_layers
         for l, lt in enumerate(c.layer_types):
             if lt == "linear_attention":
                 self._gdn(l, R, S, mode, batch, stream)
             else:
                 self._attn(l, R, mode, batch, stream)
-            glue.launch_add_rmsnorm(B.h[:R], B.d[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
-                                    self.eps, stream=stream)
+            norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
+                                      self.eps, stream=stream, **_SIM_MB)
             self._linear(f"layers.{l}.mlp.gate_up", B.x, B.gu, R, prompt, stream)
-            glue.launch_silu_mul(B.gu[:R], B.mi[:R], stream=stream)
+            activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
             self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
             nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
-            glue.launch_add_rmsnorm(B.h[:R], B.d[:R], nxt, B.x[:R], self.eps, stream=stream)
+            norms.launch_add_rms_norm(B.d[:R], B.h[:R], nxt, B.x[:R], self.eps, stream=stream, **_SIM_MB)
         if mode == "step" and self.lin_idx:
             compact.launch_conv_commit(self.caches.conv, B.xlog, m.view("parent", R), m.view("seg_slot", S),
                                        m.view("seg_leaf", S), stream=stream, **_SIM_B1)
