@@ -437,35 +437,26 @@ def make_sampling_params(req: GenRequest):
 # text: incremental detokenization, stop strings, <think> split
 
 class TextStream:
-    """Token ids in, text deltas out; holds back a tail that decodes to an incomplete character."""
+    """Token ids in, text deltas out; holds back a tail that decodes to an incomplete character.
+
+    A batch-friendly face on the engine's `OffsetDecoder` (one decoding rule for the whole project), dropping the
+    ids in `skip_ids` (the stop ids, whose text is never shown)."""
 
     def __init__(self, decode, skip_ids=()):
-        self._decode = decode
+        from tensorfold.engine.detokenizer import OffsetDecoder
+
+        self._dec = OffsetDecoder(decode)
         self._skip = set(skip_ids)
-        self.ids: list[int] = []
-        self._prefix = 0
-        self._read = 0
+
+    @property
+    def ids(self) -> list[int]:
+        return self._dec.ids
 
     def add(self, ids) -> str:
-        self.ids.extend(i for i in ids if i not in self._skip)
-        if len(self.ids) == self._read:
-            return ""
-        prefix_text = self._decode(self.ids[self._prefix:self._read])
-        new_text = self._decode(self.ids[self._prefix:])
-        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
-            delta = new_text[len(prefix_text):]
-            self._prefix = self._read
-            self._read = len(self.ids)
-            return delta
-        return ""
+        return "".join(self._dec.add(i) for i in ids if i not in self._skip)
 
     def flush(self) -> str:
-        if self._read == len(self.ids):
-            return ""
-        prefix_text = self._decode(self.ids[self._prefix:self._read])
-        new_text = self._decode(self.ids[self._prefix:])
-        self._prefix = self._read = len(self.ids)
-        return new_text[len(prefix_text):]
+        return self._dec.flush()
 
 
 class StopMatcher:
