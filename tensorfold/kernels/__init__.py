@@ -3,7 +3,7 @@
 Every kernel module here exposes ``COMPILE_SPECS = [(py_function, "numba signature"), ...]`` covering all the
 signatures it is launched with, and ``HOT = {"function_name", ...}`` naming kernels on the decode hot path (the
 compile tier, ``tests/kernels/test_compile.py``, fails when one of those spills registers). Device helpers
-(warp reductions, bf16 / e4m3 conversions, 16-byte loads) live in ``_device.py``; their simulator versions are
+(warp reductions, bf16 / e4m3 conversions, 16-byte loads) live in ``_device.py`` (tensor-core mma and bf16x2 packing in ``_mma.py``); their simulator versions are
 chosen at import time.
 
 Modules (owner): _device, affine, embedding, norms, activations, sample, launch (part A);
@@ -12,6 +12,7 @@ delta_rule, conv, attention, kv8, compact (part B).
 
 KERNEL_MODULES = (
     "_device",
+    "_mma",
     "affine",
     "embedding",
     "norms",
