@@ -372,75 +372,48 @@ if not IS_SIM:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    def _v4_load(context, builder, arrty, arr, idxs, idxtys):
-        ary = context.make_array(arrty)(context, builder, value=arr)
-        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
-        i32 = ir.IntType(32)
-        st = ir.LiteralStructType([i32, i32, i32, i32])
-        fnty = ir.FunctionType(st, [ptr.type])
-        asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
-        res = builder.call(asm, [ptr])
-        vals = [builder.extract_value(res, k) for k in range(4)]
-        return context.make_tuple(builder, types.UniTuple(types.uint32, 4), vals)
+    def _make_ldg_v4(ndim, elt, ptx_type, reg):
+        """An intrinsic ``f(arr, *idx) -> 4-tuple``: one 16-byte ``ld.global.nc.v4`` of ``arr[idx..., i:i+4]``
+        for a C-contiguous ``ndim``-d array of ``elt`` (the last index a multiple of 4, the address 16-byte aligned).
+        """
+        lt = ir.FloatType() if reg == "f" else ir.IntType(32)
+        text = f"ld.global.nc.v4.{ptx_type} {{$0, $1, $2, $3}}, [$4];"
+        cons = ",".join([f"={reg}"] * 4) + ",l"
 
-    @intrinsic
-    def ldg_u32x4(typingctx, arr, i):
-        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.uint32):
-            return None
-        if not isinstance(i, types.Integer):
-            return None
-        sig = types.UniTuple(types.uint32, 4)(arr, i)
+        def typer(typingctx, arr, *idx):
+            if not (isinstance(arr, types.Array) and arr.ndim == ndim and arr.dtype == elt):
+                return None
+            if len(idx) != ndim or not all(isinstance(t, types.Integer) for t in idx):
+                return None
+            sig = types.UniTuple(elt, 4)(arr, *idx)
 
-        def codegen(context, builder, sig, args):
-            arrty, ity = sig.args
-            arr, idx = args
-            idx = context.cast(builder, idx, ity, types.intp)
-            return _v4_load(context, builder, arrty, arr, [idx], [types.intp])
+            def codegen(context, builder, sig, args):
+                arrty = sig.args[0]
+                idxs = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+                ary = context.make_array(arrty)(context, builder, value=args[0])
+                ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([lt] * 4), [ptr.type]), text, cons)
+                res = builder.call(asm, [ptr])
+                vals = [builder.extract_value(res, k) for k in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
 
-        return sig, codegen
+            return sig, codegen
 
-    @intrinsic
-    def ldg_u32x4_2d(typingctx, arr, r, i):
-        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.uint32):
-            return None
-        if not (isinstance(r, types.Integer) and isinstance(i, types.Integer)):
-            return None
-        sig = types.UniTuple(types.uint32, 4)(arr, r, i)
+        return typer
 
-        def codegen(context, builder, sig, args):
-            arrty, rty, ity = sig.args
-            arr, rr, idx = args
-            rr = context.cast(builder, rr, rty, types.intp)
-            idx = context.cast(builder, idx, ity, types.intp)
-            return _v4_load(context, builder, arrty, arr, [rr, idx], [types.intp, types.intp])
+    def _ldg_u32x4_1(typingctx, arr, i):
+        return _make_ldg_v4(1, types.uint32, "u32", "r")(typingctx, arr, i)
 
-        return sig, codegen
+    def _ldg_u32x4_2(typingctx, arr, r, i):
+        return _make_ldg_v4(2, types.uint32, "u32", "r")(typingctx, arr, r, i)
 
-    @intrinsic
-    def ldg_f32x4_2d(typingctx, arr, r, i):
-        """16-byte ``ld.global.nc.v4.f32`` of ``arr[r, i:i+4]`` (float32 2-d C-contiguous, 16-byte aligned)."""
-        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
-            return None
-        if not (isinstance(r, types.Integer) and isinstance(i, types.Integer)):
-            return None
-        sig = types.UniTuple(types.float32, 4)(arr, r, i)
+    def _ldg_f32x4_2(typingctx, arr, r, i):
+        return _make_ldg_v4(2, types.float32, "f32", "f")(typingctx, arr, r, i)
 
-        def codegen(context, builder, sig, args):
-            arrty, rty, ity = sig.args
-            arr, rr, idx = args
-            rr = context.cast(builder, rr, rty, types.intp)
-            idx = context.cast(builder, idx, ity, types.intp)
-            ary = context.make_array(arrty)(context, builder, value=arr)
-            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [rr, idx], wraparound=False)
-            f32 = ir.FloatType()
-            st = ir.LiteralStructType([f32, f32, f32, f32])
-            asm = ir.InlineAsm(ir.FunctionType(st, [ptr.type]), "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];",
-                               "=f,=f,=f,=f,l")
-            res = builder.call(asm, [ptr])
-            vals = [builder.extract_value(res, k) for k in range(4)]
-            return context.make_tuple(builder, types.UniTuple(types.float32, 4), vals)
-
-        return sig, codegen
+    # numba's @intrinsic reads the typer's parameter names, hence the fixed-arity wrappers above
+    ldg_u32x4 = intrinsic(_ldg_u32x4_1)
+    ldg_u32x4_2d = intrinsic(_ldg_u32x4_2)
+    ldg_f32x4_2d = intrinsic(_ldg_f32x4_2)
 
 else:
 
