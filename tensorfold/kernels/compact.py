@@ -35,6 +35,22 @@ MAXP1 = MAXP + 1
 MAXK = 8
 
 
+@cuda.jit(device=True)
+def _walk_chain(chain, leaf, parent, tid):
+    """Thread 0 writes the kept path leaf-first into ``chain[:cnt]`` (at most MAXP rows) and ``cnt`` into
+    ``chain[MAXP]``; after the barrier every thread returns ``cnt``. Call from block-uniform control flow."""
+    if tid == 0:
+        cnt = 0
+        x = leaf
+        while x >= 0 and cnt < MAXP:
+            chain[cnt] = x
+            cnt += 1
+            x = parent[x]
+        chain[MAXP] = cnt
+    cuda.syncthreads()
+    return chain[MAXP]
+
+
 def gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf):
     seg = cuda.blockIdx.x
     layer = cuda.blockIdx.z
@@ -56,16 +72,7 @@ def gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf):
     sl = cuda.blockIdx.y - hv * nsl
     kh = hv // (Hv // Hk)
     col = sl * VS + tx
-    if tid == 0:
-        cnt = 0
-        x = leaf
-        while x >= 0 and cnt < MAXP:
-            chain[cnt] = x
-            cnt += 1
-            x = parent[x]
-        chain[MAXP] = cnt
-    cuda.syncthreads()
-    cnt = chain[MAXP]
+    cnt = _walk_chain(chain, leaf, parent, tid)
     if col < Dv:
         buf = cuda.local.array(KR, float32)
         for t in range(KR):  # all loads in flight before the first use
@@ -127,16 +134,7 @@ def kv_compact(k, v, k_scale, v_scale, parent, cache_idx, seg_slot, seg_leaf, se
     leaf = seg_leaf[seg]
     if slot < 0 or leaf < 0 or layer >= NLf:
         return
-    if tid == 0:
-        cnt = 0
-        x = leaf
-        while x >= 0 and cnt < MAXP:
-            chain[cnt] = x
-            cnt += 1
-            x = parent[x]
-        chain[MAXP] = cnt
-    cuda.syncthreads()
-    cnt = chain[MAXP]
+    cnt = _walk_chain(chain, leaf, parent, tid)
     dst0 = seg_dst0[seg]
     has_scale = k_scale.shape[0] > 0
     for t in range(cnt - 1, -1, -1):
