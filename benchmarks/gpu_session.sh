@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device session: the GPU test tier, the kernel benchmark, decode/prompt throughput at 2B, and the server
-# benchmark against `tensorfold serve` on the cuda backend. Each part has its own time cap so that one slow part
-# cannot take the others' results with it. Results go to $OUT (default benchmarks/results/gpu_session).
+# One device session: the GPU test tier, perplexity of the embedded default model, decode/prompt throughput,
+# the server benchmark against `tensorfold serve` on the cuda backend, and (optionally) the 27B geometry. Each part
+# has its own time cap so that one slow part cannot take the others' results with it. Results go to $OUT (default
+# benchmarks/results/gpu_session). PARTS picks the parts (default: tests,ppl,decode,serve).
 #
-#   TF_COMMIT=$(git rev-parse --short HEAD) OUT=/some/dir bash benchmarks/gpu_session.sh
+#   TF_COMMIT=$(git rev-parse --short HEAD) OUT=/some/dir PARTS=tests,ppl,decode,serve,big bash benchmarks/gpu_session.sh
 #
 # On the lent H200 the image's numpy 2.5 breaks numba-cuda: install the carried numpy 2.4.6 wheel first
 # (docs in ../shared/docs/gpu.md).
@@ -12,50 +13,82 @@ OUT=${OUT:-benchmarks/results/gpu_session}
 mkdir -p "$OUT"
 export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-T_TESTS=${T_TESTS:-240}  # 130 s ran only 38 of the GPU tests on 2026-11-30
-T_KERNELS=${T_KERNELS:-45}
-T_DECODE=${T_DECODE:-120}
-T_SERVE=${T_SERVE:-60}
+PARTS=${PARTS:-tests,ppl,decode,serve}
+T_TESTS=${T_TESTS:-240}
+T_DECODE=${T_DECODE:-150}
+T_SERVE=${T_SERVE:-70}
 T_PPL=${T_PPL:-60}
+T_BIG=${T_BIG:-300}
+ROOT=${ROOT:-/tmp/tfmodels}
+LOG="$OUT/session.log"
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/session.log"
+has() { case ",$PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
-echo "== GPU tests" | tee -a "$OUT/session.log"
-timeout "$T_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -ra \
-    tests/kernels tests/runtime tests/engine 2>&1 | tail -40 | tee -a "$OUT/session.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$LOG"
+echo "commit ${TF_COMMIT:-unknown}, parts $PARTS" | tee -a "$LOG"
 
-echo "== perplexity of the embedded default model on the cuda backend (bf16 and fp8 caches)" | tee -a "$OUT/session.log"
-timeout "$T_PPL" $PY - <<'EOF' 2>&1 | grep -E "perplexity|Error" | tee -a "$OUT/session.log" | tee "$OUT/perplexity.txt"
+if has tests; then
+    echo "== GPU tests" | tee -a "$LOG"
+    timeout "$T_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -ra ${GPU_TESTS:-tests} \
+        >"$OUT/gpu_tests.txt" 2>&1
+    echo "pytest exit code $?" >>"$OUT/gpu_tests.txt"
+    grep -E "passed|failed|error|PASS|FAIL|exit code" "$OUT/gpu_tests.txt" | tail -30 | tee -a "$LOG"
+fi
+
+if has ppl; then
+    echo "== perplexity of the embedded default model on the cuda backend (bf16 and fp8 caches)" | tee -a "$LOG"
+    timeout "$T_PPL" $PY - <<'EOF' 2>&1 | grep -E "perplexity|Error" | tee -a "$LOG" | tee "$OUT/perplexity.txt"
 from tensorfold.engine.perplexity import perplexity
 text = open("tests/data/heldout.txt", encoding="utf-8").read()
 for kv in ("bf16", "fp8"):
     ppl, n = perplexity(None, text, backend="cuda", kv_cache=kv)
     print(f"default model, held-out text, cuda backend, kv cache {kv}: perplexity {ppl:.4f} over {n} tokens")
 EOF
+fi
 
-echo "== kernels (GEMV, sampling)" | tee -a "$OUT/session.log"
-timeout "$T_KERNELS" $PY benchmarks/bench_kernels.py --no-b --only affine,sample --out "$OUT" 2>&1 | tail -40 | tee -a "$OUT/session.log"
+if has decode; then
+    echo "== decode and prompt, 2B" | tee -a "$LOG"
+    timeout "$T_DECODE" $PY benchmarks/bench_decode.py --geometry 2b --root "$ROOT" --streams 1,8,32 \
+        --prompts 512,4096 --steps 30 --profile "${PROFILE:-1}" ${DECODE_FLAGS:-} --out "$OUT/decode_2b.md" \
+        >"$OUT/decode_2b.txt" 2>&1
+    echo "exit code $?" >>"$OUT/decode_2b.txt"
+    grep -vE "it/s\]|%\|" "$OUT/decode_2b.txt" | tail -60 | tee -a "$LOG"
+fi
 
-echo "== decode and prompt, 2B" | tee -a "$OUT/session.log"
-timeout "$T_DECODE" $PY benchmarks/bench_decode.py --geometry 2b --root /tmp/tfmodels --streams 1,8,32 \
-    --prompts 512,4096 --steps 30 --out "$OUT/decode.md" 2>&1 | tail -30 | tee -a "$OUT/session.log"
-
-echo "== serve, 2B" | tee -a "$OUT/session.log"
-M=$(ls -d /tmp/tfmodels/*2b* 2>/dev/null | head -1)
-if [ -n "$M" ]; then
-    $PY -m tensorfold.cli serve "$M" --backend cuda --parallel 32 --context 2048 --port 8899 \
-        >"$OUT/serve_stdout.txt" 2>&1 &
-    SRV=$!
-    for _ in $(seq 1 60); do  # the server compiles its kernels and captures graphs before /health says ok
+serve_bench() {  # $1 model dir, $2 label, $3 parallel, $4 concurrency list, $5 health wait seconds
+    $PY -m tensorfold.cli serve "$1" --backend cuda --parallel "$3" --context 2048 --port 8899 \
+        >"$OUT/serve_${2}_stdout.txt" 2>&1 &
+    local SRV=$!
+    for _ in $(seq 1 "$5"); do  # the server compiles its kernels and captures graphs before /health says ok
         curl -sf http://127.0.0.1:8899/health >/dev/null 2>&1 && break
         sleep 1
     done
+    grep -E "ready|Error|error" "$OUT/serve_${2}_stdout.txt" | head -5 | tee -a "$LOG"
     timeout "$T_SERVE" $PY benchmarks/bench_serve.py --url http://127.0.0.1:8899 --input-len 256 --output-len 32 \
-        --concurrency 1,8,32 --num-prompts 32 --seed 0 --out "$OUT/serve_2b.md" 2>&1 | tail -20 \
-        | tee -a "$OUT/session.log"
+        --concurrency "$4" --num-prompts 32 --seed 0 --out "$OUT/serve_${2}.md" 2>&1 | tail -20 | tee -a "$LOG"
     kill -TERM "$SRV" 2>/dev/null
     wait "$SRV"
-    echo "server exit code $?" | tee -a "$OUT/session.log"
-else
-    echo "no 2B model under /tmp/tfmodels (the decode benchmark writes it)" | tee -a "$OUT/session.log"
+    echo "server exit code $?" | tee -a "$LOG"
+}
+
+if has serve; then
+    echo "== serve, 2B" | tee -a "$LOG"
+    M=$(ls -d "$ROOT"/*2b* 2>/dev/null | head -1)
+    if [ -n "$M" ]; then
+        serve_bench "$M" 2b 32 1,8,32 90
+    else
+        echo "no 2B model under $ROOT (the decode part writes it)" | tee -a "$LOG"
+    fi
+fi
+
+if has big; then
+    echo "== 27B: synth, load time, decode, serve" | tee -a "$LOG"
+    timeout "$T_BIG" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --streams 1,8 --prompts 512 \
+        --steps 20 ${BIG_FLAGS:-} --out "$OUT/decode_27b.md" >"$OUT/decode_27b.txt" 2>&1
+    echo "exit code $?" >>"$OUT/decode_27b.txt"
+    grep -vE "it/s\]|%\|" "$OUT/decode_27b.txt" | tail -30 | tee -a "$LOG"
+    M=$(ls -d "$ROOT"/*27b* 2>/dev/null | head -1)
+    if [ -n "$M" ] && has serve27; then
+        serve_bench "$M" 27b 8 1,8 150
+    fi
 fi
