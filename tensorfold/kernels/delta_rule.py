@@ -21,16 +21,21 @@ Layouts (C-contiguous; per layer = one leading index of an all-layers array)
 
 Why a log and not per-row state copies: a row's state is Hv*Dk*Dv*4 bytes (27B: 3 MiB per layer), its log entry
 is Hk*Dk*4 + Hv*Dv*4 + Hv*4 bytes (27B: 32 KiB per layer, ~100x smaller). A tree row whose parent is not the
-previous row rebuilds its parent's state in shared memory from the committed state (re-read from L2) by
+previous row rebuilds its parent's state in registers from the committed state (re-read from L2) by
 replaying its ancestors' logged (α, k̂, δ) -- compute, not DRAM traffic. The replay applies exactly the same
 float operations as the forward (``t = α·S; S = fma(k̂, δ, t)``), so a tree row is bit-identical to the same
 row computed in a window along its branch, and ``compact.gdn_commit`` reproduces the stepped state bit for bit.
 
 Launch geometry
 ---------------
-- ``gdn_recurrent``: grid (nseg, Hv, ceil(Dv/32)), block (32, 4). A block owns a Dk x 32 column slice of one
-  head's state in shared memory (16 KiB): lane = value column, warp = rows k ≡ warp (mod 4). The state slice is
-  read once and (commit) written once; q/k l2norm and the gates are computed in the block.
+- ``gdn_step`` (no logging: decode steps and committed windows, rows of a segment form a chain) and
+  ``gdn_recurrent`` (logging: verify windows and trees): grid (Hv * ceil(Dv/16), nseg), block 128. A block owns a
+  Dk x 16 column slice of one head's state in registers: thread = 4 value columns (one 16-byte load / store) x
+  Dk/32 rows (row group tid // 4 + 32 t); the slice is read once and (commit) written once. Per row: q, k rows and
+  gates per thread (all loads issued together), ‖q‖², ‖k‖² and Sᵀk in one reduction (per thread, xor butterfly
+  over the row-group lanes, warps in order), then Sᵀq in a second: two barriers per row. Both kernels come from
+  one source (``_make_recurrent``), so their rows agree bit for bit. ``gdn_recurrent`` adds the tree rebuild (below)
+  and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads).
 - ``gdn_gates_kernel``: grid-stride over R*Hv, any 1-D geometry.
 - ``gdn_prep``: grid (R, Hk) grid-stride, block 128: q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k), and g, β.
 - ``gdn_chunk_intra``: grid (max_chunks, Hv, nseg), block 128: per (chunk, head) the WY factors
@@ -46,6 +51,8 @@ import math
 
 import numpy as np
 from numba import cuda, float32, int32
+
+from ._device import FULL_MASK, IS_SIM, devfn
 
 VS = 32  # value columns per block (one warp's lanes)
 NW = 4  # warps per block (rows of the state split across them)
@@ -110,165 +117,382 @@ def gdn_gates_kernel(a, b, A_log, dt_bias, g_out, beta_out):
 # ----------------------------------------------------------------------------------------------------------------
 # recurrence: step / window / tree
 # ----------------------------------------------------------------------------------------------------------------
+#
+# Geometry shared by the lean step kernel (``gdn_step``) and the general one (``gdn_recurrent``): block = SNT
+# threads owning an SVS-column slice of one value head's state (Dk x SVS, held in registers); thread tid owns
+# value columns c0 = slice start + CPT * (tid % SCG) .. +CPT-1 (one 16-byte vector) and state rows
+# i = tid // SCG + SRG * t, t < SKP. Sums over the Dk rows (‖q‖², ‖k‖², Sᵀk, Sᵀq) go: per thread over t in order,
+# xor butterfly over the row-group lanes (offsets 4, 8, 16), then the SNW warps in order through shared memory.
+# Both kernels run exactly this arithmetic through the same device functions, so a step, a window row and a tree
+# row give the same bits.
+
+CPT = 4  # value columns per thread (one 16-byte load / store)
+SVS = 16  # value columns per block
+SCG = SVS // CPT  # column groups per block (lanes tid % SCG)
+SNT = 128  # threads per block
+SRG = SNT // SCG  # row groups
+SKP = MAXDK // SRG  # state rows per thread
+SNW = SNT // 32  # warps per block
+SKC = SKP * CPT  # state registers per thread
+_RGOFF = (4, 8, 16)  # lane bits that hold the row group inside a warp (SCG = 4)
+
+if IS_SIM:
+
+    def _sim_rg_sum(v):
+        buf = cuda.shared.array(1024, np.object_)
+        tid = cuda.threadIdx.x
+        buf[tid] = v
+        cuda.syncthreads()
+        base = tid - (tid % 32)
+        vals = list(buf[base:base + 32])
+        for off in _RGOFF:
+            vals = [vals[i] + vals[i ^ off] for i in range(32)]
+        out = vals[tid % 32]
+        cuda.syncthreads()
+        return float32(out)
+
+    _rg_sum = cuda.jit(device=True)(_sim_rg_sum)
+
+    @cuda.jit(device=True)
+    def _ld4(arr, i0, i1, i2, i3):
+        return arr[i0, i1, i2, i3], arr[i0, i1, i2, i3 + 1], arr[i0, i1, i2, i3 + 2], arr[i0, i1, i2, i3 + 3]
+
+    @cuda.jit(device=True)
+    def _st4(arr, i0, i1, i2, i3, v0, v1, v2, v3):
+        arr[i0, i1, i2, i3] = v0
+        arr[i0, i1, i2, i3 + 1] = v1
+        arr[i0, i1, i2, i3 + 2] = v2
+        arr[i0, i1, i2, i3 + 3] = v3
+
+    @cuda.jit(device=True)
+    def _st4_3(arr, i0, i1, i2, v0, v1, v2, v3):
+        arr[i0, i1, i2] = v0
+        arr[i0, i1, i2 + 1] = v1
+        arr[i0, i1, i2 + 2] = v2
+        arr[i0, i1, i2 + 3] = v3
+
+else:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.cuda import cgutils as _cg
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    @devfn
+    def _rg_sum(v):
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 4)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 8)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 16)
+        return v
+
+    def _ptr(context, builder, sig, args, nidx):
+        arrty = sig.args[0]
+        arr = args[0]
+        idx = [context.cast(builder, args[1 + k], sig.args[1 + k], _types.intp) for k in range(nidx)]
+        ary = context.make_array(arrty)(context, builder, value=arr)
+        return _cg.get_item_pointer(context, builder, arrty, ary, idx, wraparound=False)
+
+    def _f32_arr(arr, nd):
+        return isinstance(arr, _types.Array) and arr.ndim == nd and arr.dtype == _types.float32
+
+    @_intrinsic
+    def _ld4(typingctx, arr, i0, i1, i2, i3):
+        """16-byte ``ld.global.v4.f32`` of ``arr[i0, i1, i2, i3:i3+4]`` (coherent: the kernel writes arr too)."""
+        if not _f32_arr(arr, 4):
+            return None
+        sig = _types.UniTuple(_types.float32, 4)(arr, i0, i1, i2, i3)
+
+        def codegen(context, builder, sig, args):
+            ptr = _ptr(context, builder, sig, args, 4)
+            f32 = _ir.FloatType()
+            st = _ir.LiteralStructType([f32, f32, f32, f32])
+            asm = _ir.InlineAsm(_ir.FunctionType(st, [ptr.type]), "ld.global.v4.f32 {$0, $1, $2, $3}, [$4];",
+                                "=f,=f,=f,=f,l", side_effect=True)
+            res = builder.call(asm, [ptr])
+            vals = [builder.extract_value(res, k) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    def _make_st4(nd):
+        def typer(typingctx, arr, *rest):
+            if not _f32_arr(arr, nd) or len(rest) != nd + 4:
+                return None
+            sig = _types.void(arr, *rest)
+
+            def codegen(context, builder, sig, args):
+                ptr = _ptr(context, builder, sig, args, nd)
+                f32 = _ir.FloatType()
+                vals = [context.cast(builder, args[1 + nd + k], sig.args[1 + nd + k], _types.float32)
+                        for k in range(4)]
+                asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [ptr.type, f32, f32, f32, f32]),
+                                    "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f", side_effect=True)
+                builder.call(asm, [ptr] + vals)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return typer
+
+    if True:  # explicit arities: numba intrinsics take fixed argument lists
+        _st4_typer = _make_st4(4)
+        _st4_3_typer = _make_st4(3)
+
+        @_intrinsic
+        def _st4(typingctx, arr, i0, i1, i2, i3, v0, v1, v2, v3):
+            """16-byte ``st.global.v4.f32`` of (v0..v3) to ``arr[i0, i1, i2, i3:i3+4]``."""
+            return _st4_typer(typingctx, arr, i0, i1, i2, i3, v0, v1, v2, v3)
+
+        @_intrinsic
+        def _st4_3(typingctx, arr, i0, i1, i2, v0, v1, v2, v3):
+            """The same for a 3-d array."""
+            return _st4_3_typer(typingctx, arr, i0, i1, i2, v0, v1, v2, v3)
 
 
-def gdn_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent,
-                  o, log_k, log_d, log_a):
-    seg = cuda.blockIdx.x
-    hv = cuda.blockIdx.y
-    sl = cuda.blockIdx.z
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    tid = ty * VS + tx
 
-    W = cuda.shared.array((MAXDK, VS), float32)
-    qs = cuda.shared.array(MAXDK, float32)
-    ks = cuda.shared.array(MAXDK, float32)
-    red = cuda.shared.array((NW, VS), float32)
-    rq = cuda.shared.array(NT, float32)
-    rk = cuda.shared.array(NT, float32)
-    khist = cuda.shared.array((MAXR, MAXDK), float32)
-    dhist = cuda.shared.array((MAXR, VS), float32)
-    ahist = cuda.shared.array(MAXR, float32)
-    chain = cuda.shared.array(MAXR1, int32)
-    dsh = cuda.shared.array(VS, float32)
-    gsh = cuda.shared.array(4, float32)
+def _make_recurrent(general):
+    """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
+    so both run the same float operations in the same order (the flag is a compile-time constant)."""
+    GEN = general
 
-    n = seg_len[seg]
-    slot = seg_slot[seg]
-    if n <= 0 or slot < 0:
-        return
-    row0 = seg_row0[seg]
-    Hv = state.shape[1]
-    Dk = state.shape[2]
-    Dv = state.shape[3]
-    Hk = (qkv.shape[1] - Hv * Dv) // (2 * Dk)
-    rep = Hv // Hk
-    kh = hv // rep
-    key_dim = Hk * Dk
-    col = sl * VS + tx
-    colok = col < Dv
-    logging = log_d.shape[0] > 0
-    write_k = logging and sl == 0 and (hv - kh * rep) == 0
+    def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
+             log_a):
+        ru = cuda.shared.array((SNW, SVS), float32)
+        rn = cuda.shared.array((SNW, 2), float32)
+        ro = cuda.shared.array((SNW, SVS), float32)
+        S = cuda.local.array(SKC, float32)
+        qv = cuda.local.array(SKP, float32)
+        kv = cuda.local.array(SKP, float32)
+        vv = cuda.local.array(CPT, float32)
+        dl = cuda.local.array(CPT, float32)
+        if GEN:
+            khist = cuda.shared.array((MAXR, MAXDK), float32)
+            dhist = cuda.shared.array((MAXR, SVS), float32)
+            ahist = cuda.shared.array(MAXR, float32)
+            chain = cuda.shared.array(MAXR1, int32)
 
-    # committed state slice -> shared
-    if colok:
-        load_state_slice(W, state, slot, hv, col, ty, tx)
-    cur = int32(-1)
-    for r in range(row0, row0 + n):
-        li = r - row0
-        p = parent[r]
-        if p != cur:
-            # rebuild the parent's state: committed slice, then the ancestors' logged updates, root first
+        seg = cuda.blockIdx.y
+        n = seg_len[seg]
+        slot = seg_slot[seg]
+        if n <= 0 or slot < 0:
+            return
+        row0 = seg_row0[seg]
+        Hv = state.shape[1]
+        Dk = state.shape[2]
+        Dv = state.shape[3]
+        nsl = (Dv + SVS - 1) // SVS
+        hv = cuda.blockIdx.x // nsl
+        sl = cuda.blockIdx.x - hv * nsl
+        Hk = (qkv.shape[1] - Hv * Dv) // (2 * Dk)
+        rep = Hv // Hk
+        kh = hv // rep
+        key_dim = Hk * Dk
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        warp = tid >> 5
+        cg = tid % SCG
+        rg = tid // SCG
+        c0 = sl * SVS + cg * CPT
+        ok = c0 < Dv
+        cc = min(c0, Dv - CPT)
+        alog = A_log[hv]
+        dtb = dt_bias[hv]
+        qoff = kh * Dk
+        koff = key_dim + kh * Dk
+        voff = 2 * key_dim + hv * Dv + cc
+        scale = float32(1.0 / math.sqrt(Dk))
+        if GEN:
+            logging = log_d.shape[0] > 0
+            write_k = logging and sl == 0 and (hv - kh * rep) == 0
+
+        # committed state slice -> registers (16-byte loads, all in flight before the first use)
+        for t in range(SKP):
+            i = min(rg + SRG * t, Dk - 1)
+            x0, x1, x2, x3 = _ld4(state, slot, hv, i, cc)
+            S[t * CPT] = x0
+            S[t * CPT + 1] = x1
+            S[t * CPT + 2] = x2
+            S[t * CPT + 3] = x3
+        for t in range(SKP):
+            if not ok or rg + SRG * t >= Dk:
+                for j in range(CPT):
+                    S[t * CPT + j] = float32(0.0)
+        bad = False
+        cur = int32(-1)
+        for r in range(row0, row0 + n):
+            li = r - row0
+            p = parent[r]
+            if GEN:
+                if p != cur:
+                    # rebuild the parent's state: committed slice, then the ancestors' logged updates, root first
+                    cuda.syncthreads()
+                    if tid == 0:
+                        cnt = 0
+                        x = p
+                        while x >= 0 and cnt < MAXR:
+                            chain[cnt] = x - row0
+                            cnt += 1
+                            x = parent[x]
+                        chain[MAXR] = cnt
+                    cuda.syncthreads()
+                    for t in range(SKP):
+                        i = min(rg + SRG * t, Dk - 1)
+                        x0, x1, x2, x3 = _ld4(state, slot, hv, i, cc)
+                        S[t * CPT] = x0
+                        S[t * CPT + 1] = x1
+                        S[t * CPT + 2] = x2
+                        S[t * CPT + 3] = x3
+                    for t in range(SKP):
+                        if not ok or rg + SRG * t >= Dk:
+                            for j in range(CPT):
+                                S[t * CPT + j] = float32(0.0)
+                    cnt = chain[MAXR]
+                    for e in range(cnt - 1, -1, -1):
+                        jr = chain[e]
+                        al = ahist[jr]
+                        for j in range(CPT):
+                            dl[j] = dhist[jr, cg * CPT + j]
+                        for t in range(SKP):
+                            kk = khist[jr, min(rg + SRG * t, MAXDK - 1)]
+                            if rg + SRG * t >= Dk:
+                                kk = float32(0.0)
+                            for j in range(CPT):
+                                tt = al * S[t * CPT + j]
+                                S[t * CPT + j] = cuda.fma(kk, dl[j], tt)
+                    cur = p
+            else:
+                if li > 0 and p != r - 1:
+                    bad = True  # not a chain: this path keeps no history (trees need the logged path)
+            # the row's inputs: q / k rows of this thread (0 past Dk), v columns, gate inputs
+            for t in range(SKP):
+                i = min(rg + SRG * t, Dk - 1)
+                qv[t] = qkv[r, qoff + i]
+                kv[t] = qkv[r, koff + i]
+            for j in range(CPT):
+                vv[j] = qkv[r, voff + j]
+            av = a[r, hv]
+            bv = b[r, hv]
+            for t in range(SKP):
+                if rg + SRG * t >= Dk:
+                    qv[t] = float32(0.0)
+                    kv[t] = float32(0.0)
+            g, beta = gdn_gate(av, bv, alog, dtb)
+            alpha = float32(math.exp(g))
+            # phase 1: S <- alpha S; partial sums of |q|^2, |k|^2, (alpha S)^T k over this thread's rows
+            sq = float32(0.0)
+            sk = float32(0.0)
+            for t in range(SKP):
+                sq = cuda.fma(qv[t], qv[t], sq)
+                sk = cuda.fma(kv[t], kv[t], sk)
+            for j in range(CPT):
+                dl[j] = float32(0.0)
+            for t in range(SKP):
+                for j in range(CPT):
+                    tt = alpha * S[t * CPT + j]
+                    S[t * CPT + j] = tt
+                    dl[j] = cuda.fma(tt, kv[t], dl[j])
+            sq = _rg_sum(sq)
+            sk = _rg_sum(sk)
+            for j in range(CPT):
+                dl[j] = _rg_sum(dl[j])
+            if lane < SCG:
+                for j in range(CPT):
+                    ru[warp, cg * CPT + j] = dl[j]
+                if lane == 0:
+                    rn[warp, 0] = sq
+                    rn[warp, 1] = sk
             cuda.syncthreads()
-            if tid == 0:
-                cnt = 0
-                x = p
-                while x >= 0 and cnt < MAXR:
-                    chain[cnt] = x - row0
-                    cnt += 1
-                    x = parent[x]
-                chain[MAXR] = cnt
-            cuda.syncthreads()
-            cnt = chain[MAXR]
-            if colok:
-                load_state_slice(W, state, slot, hv, col, ty, tx)
-                for t in range(cnt - 1, -1, -1):
-                    j = chain[t]
-                    al = ahist[j]
-                    dj = dhist[j, tx]
-                    for i in range(ty, Dk, NW):
-                        tt = al * W[i, tx]
-                        W[i, tx] = cuda.fma(khist[j, i], dj, tt)
-            cur = p
-        # q, k of the row's key head -> shared, squared norms
-        sq = float32(0.0)
-        sk = float32(0.0)
-        for d in range(tid, Dk, NT):
-            qv = qkv[r, kh * Dk + d]
-            kv = qkv[r, key_dim + kh * Dk + d]
-            qs[d] = qv
-            ks[d] = kv
-            sq += qv * qv
-            sk += kv * kv
-        rq[tid] = sq
-        rk[tid] = sk
-        cuda.syncthreads()
-        s = NT // 2
-        while s > 0:
-            if tid < s:
-                rq[tid] += rq[tid + s]
-                rk[tid] += rk[tid + s]
-            cuda.syncthreads()
-            s //= 2
-        if tid == 0:
-            g, be = gdn_gate(a[r, hv], b[r, hv], A_log[hv], dt_bias[hv])
-            gsh[0] = float32(math.exp(g))
-            gsh[1] = be
-            gsh[2] = (float32(1.0) / float32(math.sqrt(rq[0] + float32(_EPS)))) * float32(1.0 / math.sqrt(Dk))
-            gsh[3] = float32(1.0) / float32(math.sqrt(rk[0] + float32(_EPS)))
-        cuda.syncthreads()
-        alpha = gsh[0]
-        beta = gsh[1]
-        fq = gsh[2]
-        fk = gsh[3]
-        for d in range(tid, Dk, NT):
-            qs[d] = qs[d] * fq
-            ks[d] = ks[d] * fk
-        cuda.syncthreads()
-        # phase 1: S <- alpha S, u = S^T k
-        u = float32(0.0)
-        if colok:
-            for i in range(ty, Dk, NW):
-                tt = alpha * W[i, tx]
-                W[i, tx] = tt
-                u = cuda.fma(tt, ks[i], u)
-        red[ty, tx] = u
-        cuda.syncthreads()
-        if ty == 0:
-            uu = red[0, tx]
-            for w in range(1, NW):
-                uu += red[w, tx]
-            vv = float32(0.0)
-            if colok:
-                vv = qkv[r, 2 * key_dim + hv * Dv + col]
-            dsh[tx] = beta * (vv - uu)
-        cuda.syncthreads()
-        dl = dsh[tx]
-        # phase 2: S <- S + k delta^T, o = S^T q
-        acc = float32(0.0)
-        if colok:
-            for i in range(ty, Dk, NW):
-                wv = cuda.fma(ks[i], dl, W[i, tx])
-                W[i, tx] = wv
-                acc = cuda.fma(wv, qs[i], acc)
-        red[ty, tx] = acc
-        cuda.syncthreads()
-        if ty == 0:
-            oo = red[0, tx]
-            for w in range(1, NW):
-                oo += red[w, tx]
-            if colok:
-                o[r, hv, col] = oo
+            sq = rn[0, 0]
+            sk = rn[0, 1]
+            for w in range(1, SNW):
+                sq += rn[w, 0]
+                sk += rn[w, 1]
+            fq = (float32(1.0) / float32(math.sqrt(sq + float32(_EPS)))) * scale
+            fk = float32(1.0) / float32(math.sqrt(sk + float32(_EPS)))
+            for j in range(CPT):
+                u = ru[0, cg * CPT + j]
+                for w in range(1, SNW):
+                    u += ru[w, cg * CPT + j]
+                dl[j] = beta * (vv[j] - u * fk)
+            # phase 2: S <- S + k^ delta^T; o = S^T q (scaled by fq after the sum)
+            for t in range(SKP):
+                kv[t] = kv[t] * fk
+            oa0 = float32(0.0)
+            oa1 = float32(0.0)
+            oa2 = float32(0.0)
+            oa3 = float32(0.0)
+            for t in range(SKP):
+                s0 = cuda.fma(kv[t], dl[0], S[t * CPT])
+                s1 = cuda.fma(kv[t], dl[1], S[t * CPT + 1])
+                s2 = cuda.fma(kv[t], dl[2], S[t * CPT + 2])
+                s3 = cuda.fma(kv[t], dl[3], S[t * CPT + 3])
+                S[t * CPT] = s0
+                S[t * CPT + 1] = s1
+                S[t * CPT + 2] = s2
+                S[t * CPT + 3] = s3
+                oa0 = cuda.fma(s0, qv[t], oa0)
+                oa1 = cuda.fma(s1, qv[t], oa1)
+                oa2 = cuda.fma(s2, qv[t], oa2)
+                oa3 = cuda.fma(s3, qv[t], oa3)
+            oa0 = _rg_sum(oa0)
+            oa1 = _rg_sum(oa1)
+            oa2 = _rg_sum(oa2)
+            oa3 = _rg_sum(oa3)
+            if lane < SCG:
+                ro[warp, cg * CPT] = oa0
+                ro[warp, cg * CPT + 1] = oa1
+                ro[warp, cg * CPT + 2] = oa2
+                ro[warp, cg * CPT + 3] = oa3
+            if GEN:
+                if li < MAXR:
+                    if cg == 0:
+                        for t in range(SKP):
+                            if rg + SRG * t < Dk:
+                                khist[li, rg + SRG * t] = kv[t]
+                    if rg == 0:
+                        for j in range(CPT):
+                            dhist[li, cg * CPT + j] = dl[j]
+                    if tid == 0:
+                        ahist[li] = alpha
+                if write_k and cg == 0:
+                    for t in range(SKP):
+                        if rg + SRG * t < Dk:
+                            log_k[r, kh, rg + SRG * t] = kv[t]
                 if logging:
-                    log_d[r, hv, col] = dl
-            if li < MAXR:
-                dhist[li, tx] = dl
-        if li < MAXR:
-            for d in range(tid, Dk, NT):
-                khist[li, d] = ks[d]
-            if tid == 0:
-                ahist[li] = alpha
-        if write_k:
-            for d in range(tid, Dk, NT):
-                log_k[r, kh, d] = ks[d]
-        if logging and sl == 0 and tid == 0:
-            log_a[r, hv] = alpha
-        cuda.syncthreads()
-        cur = r
-    if seg_commit[seg] != 0 and colok:
-        for i in range(ty, Dk, NW):
-            state[slot, hv, i, col] = W[i, tx]
+                    if rg == 0 and ok:
+                        _st4_3(log_d, r, hv, c0, dl[0], dl[1], dl[2], dl[3])
+                    if sl == 0 and tid == 0:
+                        log_a[r, hv] = alpha
+            cuda.syncthreads()
+            if rg == 0 and ok:
+                o0 = ro[0, cg * CPT]
+                o1 = ro[0, cg * CPT + 1]
+                o2 = ro[0, cg * CPT + 2]
+                o3 = ro[0, cg * CPT + 3]
+                for w in range(1, SNW):
+                    o0 += ro[w, cg * CPT]
+                    o1 += ro[w, cg * CPT + 1]
+                    o2 += ro[w, cg * CPT + 2]
+                    o3 += ro[w, cg * CPT + 3]
+                if bad:
+                    o0 = float32(math.nan)
+                    o1 = o0
+                    o2 = o0
+                    o3 = o0
+                _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
+            cur = r
+        if seg_commit[seg] != 0 and ok and not bad:
+            for t in range(SKP):
+                i = rg + SRG * t
+                if i < Dk:
+                    _st4(state, slot, hv, i, c0, S[t * CPT], S[t * CPT + 1], S[t * CPT + 2], S[t * CPT + 3])
+
+    return kern
+
+
+gdn_recurrent = _make_recurrent(True)
+gdn_recurrent.__name__ = gdn_recurrent.__qualname__ = "gdn_recurrent"
+gdn_step = _make_recurrent(False)
+gdn_step.__name__ = gdn_step.__qualname__ = "gdn_step"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -564,14 +788,16 @@ SIG_INTER = f"void({_F3}, {_F3}, {_F2}, {_F3}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}
 COMPILE_SPECS = [
     (gdn_gates_kernel, SIG_GATES),
     (gdn_recurrent, SIG_RECURRENT),
+    (gdn_step, SIG_RECURRENT),
     (gdn_prep, SIG_PREP),
     (gdn_chunk_intra, SIG_INTRA),
     (gdn_chunk_inter, SIG_INTER),
 ]
-HOT = {"gdn_recurrent"}
+HOT = {"gdn_recurrent", "gdn_step"}
 
 k_gates = cuda.jit(gdn_gates_kernel)
 k_recurrent = cuda.jit(gdn_recurrent)
+k_step = cuda.jit(gdn_step)
 k_prep = cuda.jit(gdn_prep)
 k_chunk_intra = cuda.jit(gdn_chunk_intra)
 k_chunk_inter = cuda.jit(gdn_chunk_inter)
@@ -585,10 +811,18 @@ def launch_gates(a, b, A_log, dt_bias, g_out, beta_out, *, stream=0, blocks=None
 
 def launch_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent,
                      o, log_k, log_d, log_a, *, nseg=None, stream=0):
-    """One launch over ``nseg`` segments (default: seg_len.shape[0]). See the module docstring for the layouts."""
-    Hv, Dv = state.shape[1], state.shape[3]
+    """One launch over ``nseg`` segments (default: seg_len.shape[0]). See the module docstring for the layouts.
+
+    Without logging (``log_d`` has zero rows) the lean ``gdn_step`` runs: each segment's rows must form a chain
+    (parent[r] = r - 1 after the first row; a row that does not gets NaN outputs and its segment is not committed);
+    with logging, ``gdn_recurrent`` (windows and trees). Both do the same arithmetic, so rows agree bit for bit.
+    Needs Dv % 4 == 0, Dk <= 128 and 16-byte aligned ``state`` / ``o`` / ``log_d`` rows (device allocations)."""
+    Hv, Dk, Dv = state.shape[1], state.shape[2], state.shape[3]
+    if Dv % CPT or Dk > MAXDK:
+        raise ValueError(f"launch_recurrent: needs Dv % {CPT} == 0 and Dk <= {MAXDK} (Dk {Dk}, Dv {Dv})")
     ns = seg_len.shape[0] if nseg is None else nseg
-    k_recurrent[(ns, Hv, (Dv + VS - 1) // VS), (VS, NW), stream](
+    k = k_recurrent if log_d.shape[0] > 0 else k_step
+    k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
         qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a)
 
 

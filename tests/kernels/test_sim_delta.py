@@ -150,6 +150,31 @@ def test_batched_streams_equal_alone():
     np.testing.assert_array_equal(st_all[1], state[1])
 
 
+def test_lean_step_path_windows_and_misuse():
+    """Without logs launch_recurrent runs the lean kernel: a committed chain window there == the logged window
+    (general kernel) bit for bit, beside a padding segment and a one-row stream; a non-chain row gives NaN and no
+    commit."""
+    rng = _rng(5)
+    qkv, a, b, A_log, dt_bias = _inputs(rng, 4)
+    state = rng.standard_normal((3, Hv, Dk, Dv)).astype(np.float32) * 0.3
+    segs = [(0, 3, 2, 1), (3, 0, -1, 1), (3, 1, 0, 1)]
+    parents = [-1, 0, 1, -1]
+    o_l, st_l, *_ = _run_rec(qkv, a, b, A_log, dt_bias, state, segs, parents, log=False)
+    o_g, st_g, *_ = _run_rec(qkv, a, b, A_log, dt_bias, state, segs, parents, log=True)
+    assert not np.isnan(o_l).any()
+    np.testing.assert_array_equal(o_l, o_g)
+    np.testing.assert_array_equal(st_l, st_g)
+    qn, kn, v, g, beta = _prep_ref(qkv, a, b, A_log, dt_bias)
+    O_ref, S_ref = ops.delta_rule_recurrent(state[2], qn[:3], kn[:3], v[:3], g[:3], beta[:3])
+    np.testing.assert_allclose(o_l[:3], O_ref, **TOL)
+    np.testing.assert_allclose(st_l[2], S_ref, **TOL)
+    np.testing.assert_array_equal(st_l[1], state[1])
+    # a tree row on the lean path: NaN out, state untouched
+    o_b, st_b, *_ = _run_rec(qkv[:3], a[:3], b[:3], A_log, dt_bias, state, [(0, 3, 2, 1)], [-1, 0, 0], log=False)
+    assert np.isnan(o_b[2]).all()
+    np.testing.assert_array_equal(st_b, state)
+
+
 @pytest.mark.parametrize("L", [5, 70])
 def test_chunked_vs_reference(L):
     rng = _rng(10 + L)
