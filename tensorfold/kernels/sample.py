@@ -7,13 +7,16 @@ logits float32 ``[n, V]`` (V may be padded; ids >= valid_vocab never chosen), ou
 are device buffers so a decode step can be graph-captured and the buffers rewritten between replays.
 
 Reference mirrored (same rule, same hash, same token): ``tensorfold.reference.sampling.sample`` / ``uniform``.
-Kernels (fixed geometry per (rows, vocab), nine launches, no host sync; scratch from ``sample_workspace``, cached
-per (rows, G); G = BLOCKS_PER_ROW = 64 on the GPU, so each row-slice block reads 3880 logits = 15 KB; rows whose
-work is done elsewhere leave each kernel at once):
-1. ``amax_part_k`` (G, rows): each block reduces a contiguous slice to (max, lowest id) -> ``pv/pi[row, g]``; NaN
-   never wins, ids >= valid_vocab unread.
-2. ``greedy_fin_k`` (one warp per row): exact argmax over the G partials (ties -> lowest id); rows with
-   temperature <= 0 or no finite max are written here. Sampled rows: m = that max, ``w = exp((l - m) / T)`` (f64).
+Also ``launch_argmax(logits, valid_vocab, out_ids)``: the greedy pass alone (the runner's argmax without a sampler).
+Kernels (fixed geometry per (rows, vocab), eight launches, no host sync; scratch from ``sample_workspace``, cached
+per (rows, G); G = BLOCKS_PER_ROW = 64 on the GPU for the sampled passes, so each row-slice block reads 3880 logits
+= 15 KB; rows whose work is done elsewhere leave each kernel at once):
+1-2. ``amax_k`` (AMAX_G = 128 blocks per row, 128 threads): each block folds a contiguous slice (16-byte loads,
+   four in flight per thread) into one 64-bit atomic max per warp of packed (order-preserving key, 2^32-1-id): the
+   max is the argmax with the lowest id on ties, whatever the order; NaN counts as -inf (the twin's rule), ids >=
+   valid_vocab unread. The last warp of a row to finish (atomic counter) writes ``rmax/rarg`` and, for rows with
+   temperature <= 0 or no finite max, the token, and leaves the counter and the max at zero for the next launch.
+   Sampled rows: m = that max, ``w = exp((l - m) / T)`` (f64).
 3. ``hist_k`` (G, rows): per slice, counts (exact) and masses (f64 shared atomics, used only with margins) of NB = 64
    bins of ``d = (m - l) / T`` (1/4 wide; last bin = d >= 15.75 and -inf, kept in registers, no atomics), and the
    slice's total weight in a fixed order. Bins are monotone in the logit: bins <= B are an upper set of keys.
@@ -43,10 +46,10 @@ import math
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, devfn, warp_argmax, warp_sum, warp_sum_i
+from ._device import FULL_MASK, IS_SIM, devfn, ldg_f32x4_2d, warp_max, warp_sum, warp_sum_i
 
-__all__ = ["sample_k", "amax_part_k", "greedy_fin_k", "launch_sample", "sample_workspace", "COMPILE_SPECS", "HOT",
-           "SAMPLE_TPB", "BLOCKS_PER_ROW"]
+__all__ = ["sample_k", "amax_k", "launch_sample", "launch_argmax", "sample_workspace", "argmax_workspace",
+           "COMPILE_SPECS", "HOT", "SAMPLE_TPB", "BLOCKS_PER_ROW", "AMAX_G"]
 
 SAMPLE_TPB = 64 if IS_SIM else 512  # 1024 x ~92 registers would exceed the 64K register file
 _INF = np.float32(np.inf)
@@ -113,99 +116,154 @@ def _block_sum_i(v, red):
     return t
 
 
+AMAX_G = 3 if IS_SIM else 128  # blocks per row of the greedy pass: 248320 / 128 = 485 16-byte quads per block
+AMAX_TPB = 64 if IS_SIM else 128  # ... ~4 quads per thread, all four loads in flight at once
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
 @devfn
-def _better(v, i, bv, bi):
-    return v > bv or (v == bv and i < bi)
+def _pack(v, i):
+    """(value, id) -> uint64 whose max is the argmax with the lowest id on ties: order-preserving key of v in the
+    high word (NaN counts as -inf, -0 as +0: the twin's np.argmax), 0xFFFFFFFF - id in the low word."""
+    if v != v:
+        v = -_INF
+    b = np.float32(v).view(np.uint32)
+    if v == np.float32(0.0):
+        b = np.uint32(0)
+    if (b >> np.uint32(31)) != np.uint32(0):
+        k = np.uint64(np.uint32(0xFFFFFFFF) ^ b)
+    else:
+        k = np.uint64(b | np.uint32(0x80000000))
+    return (k << np.uint64(32)) | (_LOW32 - np.uint64(i))
 
 
-def amax_part_k(logits, valid_vocab, pv, pi):
-    """Partial argmax: block (g, r) reduces the g-th contiguous slice of row r to (max, lowest id) -> pv/pi[r, g].
-    NaN never wins; ids >= valid_vocab are not read; an empty / all-NaN slice gives (-inf, _BIG)."""
-    red_v = cuda.shared.array(32, np.float32)
-    red_i = cuda.shared.array(32, np.int32)
+@devfn
+def _unpack(p):
+    """uint64 from :func:`_pack` -> (float32 value, int32 id); 0 (nothing packed) -> (-inf, 0)."""
+    if p == np.uint64(0):
+        return -_INF, np.int32(0)
+    k = np.uint32(p >> np.uint64(32))
+    if (k >> np.uint32(31)) != np.uint32(0):
+        b = np.uint32(k & np.uint32(0x7FFFFFFF))
+    else:
+        b = np.uint32(np.uint32(0xFFFFFFFF) ^ k)
+    return b.view(np.float32), np.int32(_LOW32 - (p & _LOW32))
+
+
+if IS_SIM:
+    _warp_umax = warp_max
+else:
+
+    @devfn
+    def _warp_umax(v):
+        """Max of a uint64 over the warp (xor butterfly; shuffled as int64, compared unsigned)."""
+        for off in (16, 8, 4, 2, 1):
+            o = np.uint64(cuda.shfl_xor_sync(FULL_MASK, np.int64(v), off))
+            if o > v:
+                v = o
+        return v
+
+
+@devfn
+def _slice(n, G, g):
+    """[lo, hi) of the g-th of G contiguous slices of range(n)."""
+    chunk = (n + G - 1) // G
+    lo = min(n, g * chunk)
+    return lo, min(n, lo + chunk)
+
+
+@devfn
+def _tchunk(lo, hi):
+    """This thread's contiguous chunk [a, e) of [lo, hi) (blockDim.x chunks in thread order)."""
+    nthr = cuda.blockDim.x
+    Cc = (hi - lo + nthr - 1) // nthr
+    a = min(hi, lo + cuda.threadIdx.x * Cc)
+    return a, min(hi, a + Cc)
+
+
+def amax_k(logits, valid_vocab, vec4, force, temps, best, cnt, out_ids, rmax, rarg):
+    """Greedy pass, grid (G, rows): block g folds the g-th slice of row r (16-byte loads when ``vec4``: rows
+    16-byte aligned; else scalar) into ``best[r]`` by a 64-bit atomic max of packed (key, id) (exact: max does not
+    depend on the order); each warp then counts itself done in ``cnt[r]``, and the last warp of the row reads and
+    clears ``best[r]``, clears ``cnt[r]`` (both zero again for the next launch), and writes ``rmax/rarg[r]``, and
+    ``out_ids[r]`` when ``force`` or the row is greedy (temperature <= 0 or no finite max, as the twin).
+    ids >= valid_vocab are never read; an empty row gives id 0."""
     tid = cuda.threadIdx.x
     lane = tid & 31
-    warp = tid >> 5
     nthr = cuda.blockDim.x
-    nw = nthr >> 5
     g = cuda.blockIdx.x
     G = cuda.gridDim.x
+    done = G * (nthr >> 5)
     n = logits.shape[0]
     Vv = min(valid_vocab, logits.shape[1])
-    chunk = (Vv + G - 1) // G
-    lo = g * chunk
-    hi = min(Vv, lo + chunk)
     for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
-        bv = -_INF
-        bi = np.int32(_BIG)
-        for base in range(lo + tid, hi, 4 * nthr):
-            i1 = base + nthr
-            i2 = base + 2 * nthr
-            i3 = base + 3 * nthr
-            v0 = logits[row, base]
-            v1 = logits[row, i1] if i1 < hi else _NAN
-            v2 = logits[row, i2] if i2 < hi else _NAN
-            v3 = logits[row, i3] if i3 < hi else _NAN
-            if _better(v0, base, bv, bi):
-                bv = v0
-                bi = np.int32(base)
-            if _better(v1, i1, bv, bi):
-                bv = v1
-                bi = np.int32(i1)
-            if _better(v2, i2, bv, bi):
-                bv = v2
-                bi = np.int32(i2)
-            if _better(v3, i3, bv, bi):
-                bv = v3
-                bi = np.int32(i3)
-        bv, bi = warp_argmax(bv, bi)
+        bp = np.uint64(0)
+        if vec4 != 0:
+            lo, hi = _slice((Vv + 3) >> 2, G, g)  # in quads
+            for base in range(lo + tid, hi, 4 * nthr):
+                q1 = min(base + nthr, hi - 1)
+                q2 = min(base + 2 * nthr, hi - 1)
+                q3 = min(base + 3 * nthr, hi - 1)
+                a0, a1, a2, a3 = ldg_f32x4_2d(logits, row, 4 * base)
+                b0, b1, b2, b3 = ldg_f32x4_2d(logits, row, 4 * q1)
+                c0, c1, c2, c3 = ldg_f32x4_2d(logits, row, 4 * q2)
+                d0, d1, d2, d3 = ldg_f32x4_2d(logits, row, 4 * q3)
+                bp = _fold4(bp, a0, a1, a2, a3, 4 * base, Vv)
+                if base + nthr < hi:
+                    bp = _fold4(bp, b0, b1, b2, b3, 4 * q1, Vv)
+                if base + 2 * nthr < hi:
+                    bp = _fold4(bp, c0, c1, c2, c3, 4 * q2, Vv)
+                if base + 3 * nthr < hi:
+                    bp = _fold4(bp, d0, d1, d2, d3, 4 * q3, Vv)
+        else:
+            lo, hi = _slice(Vv, G, g)
+            for base in range(lo + tid, hi, 4 * nthr):
+                i1 = min(base + nthr, hi - 1)
+                i2 = min(base + 2 * nthr, hi - 1)
+                i3 = min(base + 3 * nthr, hi - 1)
+                v0 = logits[row, base]
+                v1 = logits[row, i1]
+                v2 = logits[row, i2]
+                v3 = logits[row, i3]
+                bp = max(bp, _pack(v0, base))
+                bp = max(bp, _pack(v1, i1))  # a clamped repeat of an id already folded changes nothing
+                bp = max(bp, _pack(v2, i2))
+                bp = max(bp, _pack(v3, i3))
+        bp = _warp_umax(bp)
         if lane == 0:
-            red_v[warp] = bv
-            red_i[warp] = bi
-        cuda.syncthreads()
-        if tid == 0:
-            gv = red_v[0]
-            gi = red_i[0]
-            for wi in range(1, nw):
-                if _better(red_v[wi], red_i[wi], gv, gi):
-                    gv = red_v[wi]
-                    gi = red_i[wi]
-            pv[row, g] = gv
-            pi[row, g] = gi
-        cuda.syncthreads()
+            cuda.atomic.max(best, row, bp)
+            cuda.threadfence()
+            if cuda.atomic.add(cnt, row, 1) == done - 1:
+                p = cuda.atomic.exch(best, row, np.uint64(0))
+                cnt[row] = 0
+                bv, bi = _unpack(p)
+                rmax[row] = bv
+                rarg[row] = bi
+                if force != 0:
+                    out_ids[row] = bi
+                else:
+                    T = temps[row]
+                    if not (T > np.float32(0.0)) or not (bv > -_INF and bv < _INF):
+                        out_ids[row] = bi
+
+
+@devfn
+def _fold4(bp, v0, v1, v2, v3, i0, Vv):
+    """Fold the quad at ids i0..i0+3 (those < Vv) into the packed max bp."""
+    bp = max(bp, _pack(v0, i0))
+    if i0 + 1 < Vv:
+        bp = max(bp, _pack(v1, i0 + 1))
+    if i0 + 2 < Vv:
+        bp = max(bp, _pack(v2, i0 + 2))
+    if i0 + 3 < Vv:
+        bp = max(bp, _pack(v3, i0 + 3))
+    return bp
 
 
 @devfn
 def _row_amax(rmax, rarg, row):
-    """(max, argmax) of a row as greedy_fin_k left them."""
+    """(max, argmax) of a row as amax_k left them."""
     return rmax[row], rarg[row]
-
-
-def greedy_fin_k(pv, pi, temps, out_ids, rmax, rarg):
-    """One warp per row (blockDim 32): exact argmax over the G partials (lane-strided, then the butterfly; ties ->
-    lowest id; none finite -> id 0) -> ``rmax/rarg[row]`` for the later kernels; rows with temperature <= 0 or no
-    finite max (as the twin: +inf too) are written to out_ids here."""
-    n = pv.shape[0]
-    G = pv.shape[1]
-    lane = cuda.threadIdx.x
-    for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
-        bv = -_INF
-        bi = np.int32(_BIG)
-        for g in range(lane, G, 32):
-            v = pv[row, g]
-            i = pi[row, g]
-            if _better(v, i, bv, bi):
-                bv = v
-                bi = i
-        bv, bi = warp_argmax(bv, bi)
-        if lane == 0:
-            if bi == _BIG:
-                bi = 0
-            rmax[row] = bv
-            rarg[row] = bi
-            T = temps[row]
-            if not (T > np.float32(0.0)) or not (bv > -_INF and bv < _INF):
-                out_ids[row] = bi
 
 
 # ---------------------------------------------------------------------------------------------------- sampled rows
@@ -252,9 +310,7 @@ def hist_k(logits, temps, valid_vocab, rmax, rarg, hc, hm, zp):
     G = cuda.gridDim.x
     n = logits.shape[0]
     Vv = min(valid_vocab, logits.shape[1])
-    chunk = (Vv + G - 1) // G
-    lo = g * chunk
-    hi = min(Vv, lo + chunk)
+    lo, hi = _slice(Vv, G, g)
     for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
         live, gv, gi = _row_live(rmax, rarg, temps, row)
         if not live:
@@ -470,9 +526,7 @@ def gather_k(logits, temps, valid_vocab, rmax, rarg, plan, off, cand, dsum):
     G = cuda.gridDim.x
     n = logits.shape[0]
     Vv = min(valid_vocab, logits.shape[1])
-    chunk = (Vv + G - 1) // G
-    lo = g * chunk
-    hi = min(Vv, lo + chunk)
+    lo, hi = _slice(Vv, G, g)
     for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
         mode = plan[row, 0]
         B = plan[row, 1]
@@ -524,9 +578,7 @@ def dsum_k(logits, temps, min_p, valid_vocab, rmax, rarg, plan, thrk, dsum):
     G = cuda.gridDim.x
     n = logits.shape[0]
     Vv = min(valid_vocab, logits.shape[1])
-    chunk = (Vv + G - 1) // G
-    lo = g * chunk
-    hi = min(Vv, lo + chunk)
+    lo, hi = _slice(Vv, G, g)
     for row in range(cuda.blockIdx.y, n, cuda.gridDim.y):
         if plan[row, 0] != 2:
             continue
@@ -535,9 +587,7 @@ def dsum_k(logits, temps, min_p, valid_vocab, rmax, rarg, plan, thrk, dsum):
         Tf = np.float64(temps[row])
         mp = np.float64(min_p[row])
         thr = thrk[row]
-        Cc = (hi - lo + nthr - 1) // nthr
-        a = min(hi, lo + tid * Cc)
-        e = min(hi, a + Cc)
+        a, e = _tchunk(lo, hi)
         s = np.float64(0.0)
         for i in range(a, e):
             s += _kept_wt(logits[row, i], m, Tf, mp, thr)
@@ -560,8 +610,9 @@ def _before(va, ia, vb, ib):
 
 
 @devfn
-def _bitonic_key(sv, si, P2):
-    """Block-wide bitonic sort of (sv, si)[0:P2] (P2 a power of two) by (key desc, id asc); ends synced."""
+def _bitonic(sv, si, P2, by_id):
+    """Block-wide bitonic sort of (sv, si)[0:P2] (P2 a power of two) by (key desc, id asc), or by id ascending
+    when ``by_id``; ends synced."""
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
     size = 2
@@ -571,7 +622,10 @@ def _bitonic_key(sv, si, P2):
             for t in range(tid, P2 >> 1, nthr):
                 x = 2 * stride * (t // stride) + (t % stride)
                 y = x + stride
-                bef = _before(sv[x], si[x], sv[y], si[y])
+                if by_id:
+                    bef = si[x] < si[y]
+                else:
+                    bef = _before(sv[x], si[x], sv[y], si[y])
                 if ((x & size) == 0) != bef:
                     tv = sv[x]
                     sv[x] = sv[y]
@@ -585,27 +639,36 @@ def _bitonic_key(sv, si, P2):
 
 
 @devfn
-def _bitonic_id(sv, si, P2):
-    """The same by id ascending."""
+def _sorted_cands(logits, row, cand, C, sv, si):
+    """Stage the row's C candidates (id, logit) in shared memory padded to a power of two P2 (sentinels: id _BIG,
+    NaN) and sort them by (key desc, id asc); returns P2."""
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
-    size = 2
-    while size <= P2:
-        stride = size >> 1
-        while stride > 0:
-            for t in range(tid, P2 >> 1, nthr):
-                x = 2 * stride * (t // stride) + (t % stride)
-                y = x + stride
-                if ((x & size) == 0) != (si[x] < si[y]):
-                    tv = sv[x]
-                    sv[x] = sv[y]
-                    sv[y] = tv
-                    ti = si[x]
-                    si[x] = si[y]
-                    si[y] = ti
-            cuda.syncthreads()
-            stride >>= 1
-        size <<= 1
+    P2 = 1
+    while P2 < C:
+        P2 *= 2
+    for j in range(tid, P2, nthr):
+        if j < C:
+            i = cand[row, j]
+            si[j] = i
+            sv[j] = logits[row, i]
+        else:
+            si[j] = _BIG
+            sv[j] = _NAN
+    cuda.syncthreads()
+    _bitonic(sv, si, P2, False)
+    return P2
+
+
+@devfn
+def _group_end(sv, a, e, L, acc, target, m, Tf, bc):
+    """Over this thread's chunk [a, e) of the sorted prefix [0, L), running mass from ``acc``: the first key-group
+    end j whose running mass reaches ``target`` -> atomic min into bc[1] (the block's first such end)."""
+    for j in range(a, e):
+        acc += _wgt(sv[j], m, Tf)
+        if (j + 1 == L or _key(sv[j + 1]) != _key(sv[j])) and acc >= target:
+            cuda.atomic.min(bc, 1, j)
+            break
 
 
 def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, rmax, rarg, plan, cand, ztot,
@@ -644,23 +707,9 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
                 cuda.syncthreads()
                 continue
             C = plan[row, 2]
-            P2 = 1
-            while P2 < C:
-                P2 *= 2
-            for j in range(tid, P2, nthr):
-                if j < C:
-                    i = cand[row, j]
-                    si[j] = i
-                    sv[j] = logits[row, i]
-                else:
-                    si[j] = _BIG
-                    sv[j] = _NAN
-            cuda.syncthreads()
-            _bitonic_key(sv, si, P2)
+            _sorted_cands(logits, row, cand, C, sv, si)
             tp = np.float64(top_p[row])
-            Cc = (C + nthr - 1) // nthr
-            a = min(C, tid * Cc)
-            e = min(C, a + Cc)
+            a, e = _tchunk(0, C)
             s = np.float64(0.0)
             for j in range(a, e):
                 s += _wgt(sv[j], m, Tf)
@@ -673,20 +722,11 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
                 acc = np.float64(0.0)
                 for gg in range(G):
                     acc += ds[gg]
-                for t in range(nthr):
-                    d = part[t]
-                    part[t] = acc
-                    acc += d
+                acc = _excl_scan(part, nthr, acc)
                 bcf[0] = tp * ztot[row]
                 bc[1] = _BIG
             cuda.syncthreads()
-            target = bcf[0]
-            acc = part[tid]
-            for j in range(a, e):
-                acc += _wgt(sv[j], m, Tf)
-                if (j + 1 == C or _key(sv[j + 1]) != _key(sv[j])) and acc >= target:
-                    cuda.atomic.min(bc, 1, j)
-                    break
+            _group_end(sv, a, e, C, part[tid], bcf[0], m, Tf, bc)
             cuda.syncthreads()
             if tid == 0:
                 jj = bc[1]
@@ -698,19 +738,7 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
         # ---- mode 1: exact select over the gathered candidates
         C = plan[row, 2]
         nvalid = plan[row, 3]
-        P2 = 1
-        while P2 < C:
-            P2 *= 2
-        for j in range(tid, P2, nthr):
-            if j < C:
-                i = cand[row, j]
-                si[j] = i
-                sv[j] = logits[row, i]
-            else:
-                si[j] = _BIG
-                sv[j] = _NAN
-        cuda.syncthreads()
-        _bitonic_key(sv, si, P2)
+        _sorted_cands(logits, row, cand, C, sv, si)
         # top-k: keep keys >= the k-th largest key (ties kept): prefix [0, L)
         k = top_k[row]
         L = C
@@ -729,9 +757,7 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
         tp = np.float64(top_p[row])
         P = L
         if tp < 1.0:
-            Cc = (L + nthr - 1) // nthr
-            a = min(L, tid * Cc)
-            e = min(L, a + Cc)
+            a, e = _tchunk(0, L)
             s = np.float64(0.0)
             for j in range(a, e):
                 s += _wgt(sv[j], m, Tf)
@@ -739,21 +765,12 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
             cuda.syncthreads()
             if tid == 0:
                 acc = np.float64(0.0)
-                for t in range(nthr):
-                    d = part[t]
-                    part[t] = acc
-                    acc += d
+                acc = _excl_scan(part, nthr, acc)
                 Zk = acc if kact else ztot[row]
                 bcf[0] = tp * Zk
                 bc[1] = _BIG
             cuda.syncthreads()
-            target = bcf[0]
-            acc = part[tid]
-            for j in range(a, e):
-                acc += _wgt(sv[j], m, Tf)
-                if (j + 1 == L or _key(sv[j + 1]) != _key(sv[j])) and acc >= target:
-                    cuda.atomic.min(bc, 1, j)
-                    break
+            _group_end(sv, a, e, L, part[tid], bcf[0], m, Tf, bc)
             cuda.syncthreads()
             if bc[1] != _BIG:
                 P = bc[1] + 1
@@ -766,10 +783,8 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
             si[j] = _BIG
             sv[j] = _NAN
         cuda.syncthreads()
-        _bitonic_id(sv, si, P2)
-        Cc = (P + nthr - 1) // nthr
-        a = min(P, tid * Cc)
-        e = min(P, a + Cc)
+        _bitonic(sv, si, P2, True)
+        a, e = _tchunk(0, P)
         s = np.float64(0.0)
         for j in range(a, e):
             s += _kept_w(sv[j], m, Tf, mp)
@@ -780,22 +795,7 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
             for t in range(nthr):
                 Z += part[t]
             target = _uniform(seeds[row], positions[row]) * Z
-            acc = np.float64(0.0)
-            ot = -1
-            lastt = -1
-            lacc = acc
-            for t in range(nthr):
-                d = part[t]
-                if d > 0.0:
-                    if acc + d > target:
-                        ot = t
-                        break
-                    lastt = t
-                    lacc = acc
-                acc += d
-            if ot < 0:
-                ot = lastt
-                acc = lacc
+            ot, acc = _pick(part, nthr, np.float64(0.0), target)
             if ot < 0:
                 out_ids[row] = gi
             bc[2] = ot
@@ -821,6 +821,39 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
         cuda.syncthreads()
 
 
+@devfn
+def _excl_scan(part, n, acc):
+    """part[0:n] -> exclusive running sums starting at ``acc`` (in order); returns the total."""
+    for t in range(n):
+        d = part[t]
+        part[t] = acc
+        acc += d
+    return acc
+
+
+@devfn
+def _pick(part, n, acc, target):
+    """Running-sum search over part[0:n] (in order) starting from ``acc``: the first entry with weight whose sum
+    passes ``target`` -> (index, running sum before it); never passed (rounding): the last entry with weight;
+    none: (-1, acc)."""
+    owner = -1
+    last = -1
+    lacc = acc
+    for t in range(n):
+        d = part[t]
+        if d > 0.0:
+            if acc + d > target:
+                owner = t
+                break
+            last = t
+            lacc = acc
+        acc += d
+    if owner < 0:
+        owner = last
+        acc = lacc
+    return owner, acc
+
+
 def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, rarg, plan, thrk, dsum):
     """Mode 2 rows, one block: the slice whose running dsum (g order) passes u * Z, then the chunk (chunk sums in
     thread order, as dsum_k), then the id; u * Z never reached (rounding): the last kept id; nothing kept: argmax."""
@@ -841,7 +874,6 @@ def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, r
         Tf = np.float64(temps[row])
         mp = np.float64(min_p[row])
         thr = thrk[row]
-        chunk = (Vv + G - 1) // G
         for gg in range(tid, G, nthr):
             ds[gg] = dsum[row, gg]
         cuda.syncthreads()
@@ -850,22 +882,7 @@ def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, r
             for gg in range(G):
                 Z += ds[gg]
             target = _uniform(seeds[row], positions[row]) * Z
-            acc = np.float64(0.0)
-            owner = -1
-            lastg = -1
-            lacc = np.float64(0.0)
-            for gg in range(G):
-                d = ds[gg]
-                if d > 0.0:
-                    if acc + d > target:
-                        owner = gg
-                        break
-                    lastg = gg
-                    lacc = acc
-                acc += d
-            if owner < 0:
-                owner = lastg
-                acc = lacc
+            owner, acc = _pick(ds, G, np.float64(0.0), target)
             bc[0] = owner
             bcf[0] = acc
             bcf[1] = target
@@ -876,34 +893,15 @@ def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, r
                 out_ids[row] = gi
             cuda.syncthreads()
             continue
-        lo0 = owner * chunk
-        hi0 = min(Vv, lo0 + chunk)
-        Cc = (hi0 - lo0 + nthr - 1) // nthr
-        a = min(hi0, lo0 + tid * Cc)
-        e = min(hi0, a + Cc)
+        lo0, hi0 = _slice(Vv, G, owner)
+        a, e = _tchunk(lo0, hi0)
         s = np.float64(0.0)
         for i in range(a, e):
             s += _kept_wt(logits[row, i], m, Tf, mp, thr)
         part[tid] = s
         cuda.syncthreads()
         if tid == 0:
-            acc = bcf[0]
-            target = bcf[1]
-            ot = -1
-            lastt = -1
-            lacc = acc
-            for t in range(nthr):
-                d = part[t]
-                if d > 0.0:
-                    if acc + d > target:
-                        ot = t
-                        break
-                    lastt = t
-                    lacc = acc
-                acc += d
-            if ot < 0:
-                ot = lastt
-                acc = lacc
+            ot, acc = _pick(part, nthr, bcf[0], bcf[1])
             bc[1] = ot
             bcf[2] = acc
         cuda.syncthreads()
@@ -941,10 +939,10 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
     for row in range(cuda.blockIdx.x, n, cuda.gridDim.x):
         if plan[row, 0] != 3:
             continue  # greedy, or done by select_k / draw_k
-        gv, gi = _row_amax(rmax, rarg, row)  # from amax_part_k's partials (exact)
+        gv, gi = _row_amax(rmax, rarg, row)  # from amax_k (exact)
         T = temps[row]
         if not (T > np.float32(0.0)) or not (gv > -_INF and gv < _INF):
-            continue  # greedy row: greedy_fin_k wrote it
+            continue  # greedy row: amax_k wrote it
         m = np.float64(gv)
         Tf = np.float64(T)
         # ---- top-k threshold: radix select on keys (exact integer counts)
@@ -1086,8 +1084,7 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
 
 
 sample_py = sample_k
-amax_part_py = amax_part_k
-greedy_fin_py = greedy_fin_k
+amax_py = amax_k
 hist_py = hist_k
 plan_py = plan_k
 gather_py = gather_k
@@ -1095,8 +1092,7 @@ select_py = select_k
 dsum_py = dsum_k
 draw_py = draw_k
 sample_k = cuda.jit(sample_k)
-amax_part_k = cuda.jit(amax_part_k)
-greedy_fin_k = cuda.jit(greedy_fin_k)
+amax_k = cuda.jit(amax_k)
 hist_k = cuda.jit(hist_k)
 plan_k = cuda.jit(plan_k)
 gather_k = cuda.jit(gather_k)
@@ -1104,17 +1100,56 @@ select_k = cuda.jit(select_k)
 dsum_k = cuda.jit(dsum_k)
 draw_k = cuda.jit(draw_k)
 
-AMAX_TPB = 64 if IS_SIM else 256
-BLOCKS_PER_ROW = 3 if IS_SIM else 64  # 248320 / 64 = 3880 logits (15 KB) per block, 15 per thread
+PASS_TPB = FIN_TPB  # row-slice passes of sampled rows: dsum_k's per-thread chunks are what draw_k re-walks
+BLOCKS_PER_ROW = 3 if IS_SIM else 64  # sampled passes: 248320 / 64 = 3880 logits (15 KB) per block
 _WS: dict = {}
+_AWS: dict = {}
+
+
+def _zeros(shape, dt):
+    return cuda.to_device(np.zeros(shape, dt))
+
+
+def _vec4(logits):
+    """True when every row of ``logits`` starts 16-byte aligned (16-byte loads allowed)."""
+    if logits.shape[1] % 4:
+        return False
+    ptr = getattr(logits, "device_ctypes_pointer", None)
+    addr = ptr.value if ptr is not None else logits.ctypes.data
+    return (addr or 0) % 16 == 0 and logits.strides[0] % 16 == 0
+
+
+def argmax_workspace(n):
+    """Scratch of the greedy pass for n rows: ``best`` u64 [n], ``cnt`` i32 [n] (zero between launches: the last
+    warp of each row clears them), ``rmax`` f32 / ``rarg`` i32 [n]. Cached per n (allocated by the eager warm-up
+    launch, before any graph capture)."""
+    ws = _AWS.get(int(n))
+    if ws is None:
+        n = int(n)
+        ws = (_zeros(n, np.uint64), _zeros(n, np.int32), cuda.device_array(n, np.float32),
+              cuda.device_array(n, np.int32))
+        _AWS[n] = ws
+    return ws
+
+
+def launch_argmax(logits, valid_vocab, out_ids, *, stream=0, blocks_per_row=None, max_blocks=None, workspace=None):
+    """Greedy ids of ``logits`` [n, V] (ids >= valid_vocab masked, ties -> lowest id, NaN never beats a number):
+    one launch of ``amax_k``, grid (AMAX_G, n)."""
+    n = logits.shape[0]
+    best, cnt, rmax, rarg = argmax_workspace(n) if workspace is None else workspace
+    G = AMAX_G if blocks_per_row is None else int(blocks_per_row)
+    gr = n if max_blocks is None else max(1, min(n, max_blocks))
+    vv = np.int32(min(int(valid_vocab), logits.shape[1]))
+    amax_k[(G, gr), AMAX_TPB, stream](logits, vv, np.int32(_vec4(logits)), np.int32(1), rmax, best, cnt, out_ids,
+                                      rmax, rarg)
 
 
 def sample_workspace(n, blocks_per_row=None):
     """Device scratch for ``launch_sample`` keyed by (rows, blocks per row G), allocated once (the runtime's eager
-    warm-up launch before a graph capture does it): ``pv`` f32 [n, G], ``pi`` i32 [n, G] (partial argmax), ``hc``
-    i32 / ``hm`` f64 [n, G, NB] (bin counts / masses), ``zp`` f64 [n, G], ``plan`` i32 [n, 5], ``off`` i32 [n, G],
-    ``cand`` i32 [n, CAND_CAP], ``ztot`` f64 [n], ``dsum`` f64 [n, G], ``thrk`` i64 [n], ``rmax`` f32 / ``rarg``
-    i32 [n] (the row's max and argmax). About 70 KB per row at G = 64.
+    warm-up launch before a graph capture does it): ``best`` u64 [n] / ``cnt`` i32 [n] (greedy pass, zero between
+    launches), ``hc`` i32 / ``hm`` f64 [n, G, NB] (bin counts / masses), ``zp`` f64 [n, G], ``plan`` i32 [n, 5],
+    ``off`` i32 [n, G], ``cand`` i32 [n, CAND_CAP], ``ztot`` f64 [n], ``dsum`` f64 [n, G], ``thrk`` i64 [n],
+    ``rmax`` f32 / ``rarg`` i32 [n] (the row's max and argmax). About 70 KB per row at G = 64.
     Launches that share a workspace must be ordered on one stream (the runtime samples on one stream)."""
     G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
     n = int(n)
@@ -1122,7 +1157,7 @@ def sample_workspace(n, blocks_per_row=None):
     ws = _WS.get(key)
     if ws is None:
         da = cuda.device_array
-        ws = (da((n, G), np.float32), da((n, G), np.int32), da((n, G, NB), np.int32), da((n, G, NB), np.float64),
+        ws = (_zeros(n, np.uint64), _zeros(n, np.int32), da((n, G, NB), np.int32), da((n, G, NB), np.float64),
               da((n, G), np.float64), da((n, 5), np.int32), da((n, G), np.int32), da((n, CAND_CAP), np.int32),
               da(n, np.float64), da((n, G), np.float64), da(n, np.int64), da(n, np.float32), da(n, np.int32))
         _WS[key] = ws
@@ -1131,30 +1166,34 @@ def sample_workspace(n, blocks_per_row=None):
 
 def launch_sample(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, stream=0,
                   max_blocks=None, blocks_per_row=None, workspace=None, cand_cap=None):
-    """Fixed geometry per (rows, vocab), seven launches, no host sync: amax_part_k (G, rows), greedy_fin_k,
-    hist_k (G, rows), plan_k (rows), gather_k (G, rows), select_k (rows), dsum_k (G, rows), draw_k (rows), sample_k (rows; only fallback rows do
-    work). ``max_blocks`` caps the row dimension of each grid (rows are grid-strided), ``blocks_per_row`` overrides
-    G, ``workspace`` = ``sample_workspace(rows, G)``, ``cand_cap`` (<= CAND_CAP) lowers the candidate bound (tests)."""
+    """Fixed geometry per (rows, vocab), eight launches, no host sync: amax_k (AMAX_G, rows), hist_k (G, rows),
+    plan_k (rows), gather_k (G, rows), select_k (rows), dsum_k (G, rows), draw_k (rows), sample_k (rows; only
+    fallback rows do work); greedy rows are finished by amax_k and skipped by the rest. ``max_blocks`` caps the
+    row dimension of each grid (rows are grid-strided), ``blocks_per_row`` overrides G (and the greedy pass's
+    block count), ``workspace`` = ``sample_workspace(rows, G)``, ``cand_cap`` (<= CAND_CAP) lowers the candidate
+    bound (tests)."""
     n = logits.shape[0]
     G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
+    GA = AMAX_G if blocks_per_row is None else G
     ws = sample_workspace(n, G) if workspace is None else workspace
-    pv, pi, hc, hm, zp, plan, off, cand, ztot, dsum, thrk, rmax, rarg = ws
+    best, cnt, hc, hm, zp, plan, off, cand, ztot, dsum, thrk, rmax, rarg = ws
     gr = n if max_blocks is None else max(1, min(n, max_blocks))
     vv = np.int32(min(int(valid_vocab), logits.shape[1]))
     cap = np.int32(CAND_CAP if cand_cap is None else min(int(cand_cap), CAND_CAP))
     if not 1 <= G <= GMAX:
         raise ValueError(f"launch_sample: blocks_per_row {G} outside [1, {GMAX}]")
-    amax_part_k[(G, gr), AMAX_TPB, stream](logits, vv, pv, pi)
-    greedy_fin_k[gr, 32, stream](pv, pi, temps, out_ids, rmax, rarg)
-    hist_k[(G, gr), AMAX_TPB, stream](logits, temps, vv, rmax, rarg, hc, hm, zp)
+    amax_k[(GA, gr), AMAX_TPB, stream](logits, vv, np.int32(_vec4(logits)), np.int32(0), temps, best, cnt, out_ids,
+                                       rmax, rarg)
+    hist_k[(G, gr), PASS_TPB, stream](logits, temps, vv, rmax, rarg, hc, hm, zp)
     plan_k[gr, 64, stream](hc, hm, zp, temps, top_k, top_p, min_p, vv, cap, rmax, rarg, plan, off, ztot)
-    gather_k[(G, gr), AMAX_TPB, stream](logits, temps, vv, rmax, rarg, plan, off, cand, dsum)
+    gather_k[(G, gr), PASS_TPB, stream](logits, temps, vv, rmax, rarg, plan, off, cand, dsum)
     select_k[gr, FIN_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vv, rmax, rarg,
                                   plan, cand, ztot, dsum, thrk)
-    dsum_k[(G, gr), AMAX_TPB, stream](logits, temps, min_p, vv, rmax, rarg, plan, thrk, dsum)
+    dsum_k[(G, gr), PASS_TPB, stream](logits, temps, min_p, vv, rmax, rarg, plan, thrk, dsum)
     draw_k[gr, FIN_TPB, stream](logits, out_ids, temps, min_p, seeds, positions, vv, rmax, rarg, plan, thrk, dsum)
     sample_k[gr, SAMPLE_TPB, stream](logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vv, rmax, rarg,
                                      plan)
+
 
 _F2 = "float32[:, ::1]"
 _I2 = "int32[:, ::1]"
@@ -1163,8 +1202,7 @@ _R = "float32[::1], int32[::1]"  # rmax, rarg
 _P1 = "float32[::1], int32[::1], float32[::1], float32[::1], int64[::1], int64[::1]"  # temps .. positions
 COMPILE_SPECS = [
     (sample_py, f"void({_F2}, int32[::1], {_P1}, int32, {_R}, {_I2})"),
-    (amax_part_py, f"void({_F2}, int32, {_F2}, {_I2})"),
-    (greedy_fin_py, f"void({_F2}, {_I2}, float32[::1], int32[::1], {_R})"),
+    (amax_py, f"void({_F2}, int32, int32, int32, float32[::1], uint64[::1], int32[::1], int32[::1], {_R})"),
     (hist_py, f"void({_F2}, float32[::1], int32, {_R}, int32[:, :, ::1], float64[:, :, ::1], {_D2})"),
     (plan_py, f"void(int32[:, :, ::1], float64[:, :, ::1], {_D2}, float32[::1], int32[::1], float32[::1], "
               f"float32[::1], int32, int32, {_R}, {_I2}, {_I2}, float64[::1])"),
@@ -1174,5 +1212,5 @@ COMPILE_SPECS = [
     (draw_py, f"void({_F2}, int32[::1], float32[::1], float32[::1], int64[::1], int64[::1], int32, {_R}, {_I2}, "
               f"int64[::1], {_D2})"),
 ]
-HOT = {"sample_k", "amax_part_k", "greedy_fin_k", "hist_k", "plan_k", "gather_k", "select_k", "dsum_k",
+HOT = {"sample_k", "amax_k", "hist_k", "plan_k", "gather_k", "select_k", "dsum_k",
        "draw_k"}

@@ -6,8 +6,9 @@ without looking at other rows and with a fixed reduction order, so a row's resul
 share the launch.
 
 Kernels (rows grid-stride over blockIdx.x, any grid):
-- ``argmax_rows(logits, valid, out)``: out[r] = argmax over the first ``valid`` columns, lowest index on ties
-  (the runner's ``argmax=True`` without a sampler; sampling itself is ``kernels.sample``).
+- ``launch_argmax(logits, valid, out)``: out[r] = argmax over the first ``valid`` columns, lowest index on ties
+  (the runner's ``argmax=True`` without a sampler): ``kernels.sample``'s one-launch greedy pass (128 blocks per
+  row, 16-byte loads, packed 64-bit atomic max), so greedy ids are the sampler's greedy ids.
 - ``gather_rows(x, sel, out)``: out[i] = x[sel[i]] (the rows whose logits a forward returns).
 - ``gemv_simple_*`` / ``dense_gemv_simple``: one thread per output, the simulator's stand-in for the affine
   GEMV (K-A's generated kernels take minutes per forward there); never used on a GPU.
@@ -16,49 +17,14 @@ Kernels (rows grid-stride over blockIdx.x, any grid):
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32
 
 from tensorfold.kernels._device import IS_SIM, bf16_to_f32
 
 NT = 2 if IS_SIM else 128  # the simulator runs a Python thread per GPU thread: keep its blocks tiny
 
 __all__ = ["launch_argmax", "launch_zero_slot", "launch_gather", "launch_gemv_simple", "KERNELS"]
-
-
-def argmax_rows(logits, valid, out):
-    R = logits.shape[0]
-    tid = cuda.threadIdx.x
-    bv = cuda.shared.array(NT, float32)
-    bi = cuda.shared.array(NT, int32)
-    r = cuda.blockIdx.x
-    while r < R:
-        best = float32(-math.inf)
-        idx = int32(2147483647)
-        for c in range(tid, valid, NT):
-            v = logits[r, c]
-            if v > best:  # strided walk in increasing c: the first max of this thread
-                best = v
-                idx = c
-        bv[tid] = best
-        bi[tid] = idx
-        cuda.syncthreads()
-        s = NT // 2
-        while s > 0:
-            if tid < s:
-                v2 = bv[tid + s]
-                i2 = bi[tid + s]
-                if v2 > bv[tid] or (v2 == bv[tid] and i2 < bi[tid]):
-                    bv[tid] = v2
-                    bi[tid] = i2
-            cuda.syncthreads()
-            s //= 2
-        if tid == 0:
-            out[r] = bi[0]
-        cuda.syncthreads()
-        r += cuda.gridDim.x
 
 
 def gather_rows(x, sel, out):
@@ -153,14 +119,13 @@ def zero_slot(rec, conv, slot):
         i += stride
 
 
-k_argmax = cuda.jit(argmax_rows)
 k_zero_slot = cuda.jit(zero_slot)
 k_gather = cuda.jit(gather_rows)
 k_gemv_bf16 = cuda.jit(gemv_simple_bf16)
 k_gemv_f32 = cuda.jit(gemv_simple_f32)
 k_dense_gemv = cuda.jit(dense_gemv_simple)
 
-KERNELS = {"argmax_rows": k_argmax, "zero_slot": k_zero_slot, "gather_rows": k_gather}
+KERNELS = {"zero_slot": k_zero_slot, "gather_rows": k_gather}
 
 
 def _rows_grid(R, cap=4096):
@@ -172,7 +137,10 @@ def _flat_grid(n, threads):
 
 
 def launch_argmax(logits, valid, out, *, stream=0, blocks=None):
-    k_argmax[blocks or _rows_grid(logits.shape[0]), NT, stream](logits, np.int32(valid), out)
+    """``blocks`` caps the row dimension of the grid (rows grid-strided); the simulator uses one."""
+    from tensorfold.kernels import sample as _ks
+
+    _ks.launch_argmax(logits, valid, out, stream=stream, max_blocks=1 if IS_SIM else blocks)
 
 
 def launch_gemv_simple(ent, x, y, *, stream=0, blocks=None):
