@@ -42,7 +42,8 @@ Launch geometry
   U = T(β⊙V), W = T(β⊙e^c⊙K̂) and P = (Q̂K̂ᵀ)⊙Γ, plus c (cumulative log-decay).
 - ``gdn_chunk_inter``: grid (nseg, Hv, ceil(Dv/32)), block (32, 4): sequential over the chunks of a segment,
   S slice in shared memory; V' = U − W S, O = (e^c⊙Q̂) S + P V', S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'. Writes
-  the final state in place (prompts are committed).
+  the final state in place (prompts are committed). Each chunk is 3·Dk/32 + 2 tile stages; the next stage's tile
+  is loaded into registers while the current one computes (software pipelining).
 """
 
 from __future__ import annotations
@@ -570,10 +571,16 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
     Dv = U.shape[2]
     kh = hv // (Hv // Hk)
     voff = 2 * Hk * Dk + hv * Dv
+    # c = inclusive cumsum of g: the chunk's g loaded in parallel into A's row 0 (unused by the strictly lower A),
+    # summed there by one thread (no global load behind a global store); the solve reads exp(c) from there
+    if tid < n:
+        A[0, tid] = g[r0 + tid, hv]
+    cuda.syncthreads()
     if tid == 0:
         cs = float32(0.0)
         for i in range(n):
-            cs += g[r0 + i, hv]
+            cs += A[0, i]
+            A[0, i] = cs
             cum[r0 + i, hv] = cs
     i0 = (tid // 16) * 8
     j0 = (tid % 16) * 4
@@ -615,13 +622,18 @@ def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
                     else:
                         P[r0 + i, hv, j] = acc[ii * 4 + jj] * gam
     cuda.syncthreads()
-    # forward substitution, one column per thread (its own column of Xs): X_i = rhs_i - sum_{j<i} A_ij X_j
+    # forward substitution, one column per thread (its own column of Xs): X_i = rhs_i - sum_{j<i} A_ij X_j.
+    # The column's right-hand sides are staged in Xs first (loads independent of each other and of any store, so
+    # they overlap), then solved in place; A's row 0 (the cumsum) is read before the solve overwrites nothing in A.
     for col in range(tid, Dv + Dk, NT):
         for i in range(n):
             if col < Dv:
                 x = beta[r0 + i, hv] * qkv[r0 + i, voff + col]
             else:
-                x = beta[r0 + i, hv] * float32(math.exp(cum[r0 + i, hv])) * kn[r0 + i, kh, col - Dv]
+                x = beta[r0 + i, hv] * float32(math.exp(A[0, i])) * kn[r0 + i, kh, col - Dv]
+            Xs[i, tid] = x
+        for i in range(n):
+            x = Xs[i, tid]
             for j in range(i):
                 x -= A[i, j] * Xs[j, tid]
             Xs[i, tid] = x
@@ -638,10 +650,10 @@ KQ = KT // NW  # state rows per thread within a tile
 
 
 @cuda.jit(device=True)
-def _stage_tile(T, src, r0, n, h, k0, kdim, tid):
-    """T[i, kk] = src[r0 + i, h, k0 + kk] for i < CH, kk < KT; rows past n repeat row n-1 (callers ignore them),
-    columns past kdim are 0. All TL loads are issued before the first store (no branch around a load)."""
-    buf = cuda.local.array(TL, float32)
+def _fetch_tile(buf, src, r0, n, h, k0, kdim, tid):
+    """buf[t] = src[r0 + i, h, k0 + kk] for this thread's TL elements (e = tid + NT*t, i = e // KT, kk = e % KT)
+    of a CH x KT tile; rows past n repeat row n-1 (callers ignore them), columns past kdim are 0. Only loads (no
+    branch around a load), so a caller can issue them and compute on something else while they are in flight."""
     for t in range(TL):
         e = tid + NT * t
         i = e // KT
@@ -650,17 +662,37 @@ def _stage_tile(T, src, r0, n, h, k0, kdim, tid):
         if k0 + kk >= kdim:
             v = float32(0.0)
         buf[t] = v
+
+
+@cuda.jit(device=True)
+def _put_tile(T, buf, tid):
+    """T[i, kk] = the elements :func:`_fetch_tile` loaded into buf."""
     for t in range(TL):
         e = tid + NT * t
         i = e // KT
         T[i, e - i * KT] = buf[t]
 
 
+@cuda.jit(device=True)
+def _fetch_stage(buf, s, nk, Wm, qn, P, kn, r0, n, hv, kh, Dk, tid):
+    """Tile of stage s of a chunk: s < nk: W[:, s*KT:]; < 2nk: Q̂; < 2nk+2: P[:, j0:] (j0 = 0, KT); else K̂."""
+    if s < nk:
+        _fetch_tile(buf, Wm, r0, n, hv, s * KT, Dk, tid)
+    elif s < 2 * nk:
+        _fetch_tile(buf, qn, r0, n, kh, (s - nk) * KT, Dk, tid)
+    elif s < 2 * nk + 2:
+        _fetch_tile(buf, P, r0, n, hv, (s - 2 * nk) * KT, CH, tid)
+    else:
+        _fetch_tile(buf, kn, r0, n, kh, (s - 2 * nk - 2) * KT, Dk, tid)
+
+
 def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
     """Sequential pass over a segment's chunks per (segment, value head, 32-column slice); state updated in place.
-    Thread (lane, warp) owns value column lane and rows i ≡ warp (mod 4) of V' and O (register accumulators);
-    the chunk's W, Q̂, P and K̂ are staged in shared memory 32 columns at a time (coalesced, loads in flight
-    together), so each chunk costs a few load latencies instead of one per multiply."""
+    Thread (lane, warp) owns value column lane and rows i ≡ warp (mod 4) of V' and O (register accumulators).
+    A chunk is 3*nk + 2 stages (nk = Dk / KT): W tiles (V' = U − W S), Q̂ tiles ((e^c⊙Q̂) S), two P tiles
+    (+ P V'), K̂ tiles (S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'); each stage's CH x KT tile goes through shared memory,
+    and the NEXT stage's tile (the next chunk's first one after the last stage) is loaded into registers while
+    this stage computes, so the load latency hides behind the multiplies instead of adding up per stage."""
     seg = cuda.blockIdx.x
     hv = cuda.blockIdx.y
     sl = cuda.blockIdx.z
@@ -673,7 +705,9 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
     ec = cuda.shared.array(CH, float32)
     dec = cuda.shared.array(CH, float32)
     acc = cuda.local.array(RI, float32)
+    uu = cuda.local.array(RI, float32)
     sacc = cuda.local.array(KQ, float32)
+    buf = cuda.local.array(TL, float32)
     n_all = seg_len[seg]
     slot = seg_slot[seg]
     if n_all <= 0 or slot < 0:
@@ -686,82 +720,88 @@ def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o
     kh = hv // (Hv // Hk)
     col = sl * VS + tx
     colok = col < Dv
+    cl = min(col, Dv - 1)
+    nk = (Dk + KT - 1) // KT
+    nst = 3 * nk + 2
     if colok:
         load_state_slice(S, state, slot, hv, col, ty, tx)
     nch = (n_all + CH - 1) // CH
+    _fetch_stage(buf, 0, nk, Wm, qn, P, kn, row00, min(CH, n_all), hv, kh, Dk, tid)
     for c in range(nch):
         r0 = row00 + c * CH
         n = min(CH, n_all - c * CH)
         cn = cum[r0 + n - 1, hv]
+        for ii in range(RI):
+            uu[ii] = U[r0 + min(ty + NW * ii, n - 1), hv, cl]
         cuda.syncthreads()
         for i in range(tid, n, NT):
             ci = cum[r0 + i, hv]
             ec[i] = float32(math.exp(ci))
             dec[i] = float32(math.exp(cn - ci))
-        # V' = U - W S
-        for ii in range(RI):
-            acc[ii] = float32(0.0)
-        for k0 in range(0, Dk, KT):
-            cuda.syncthreads()
-            _stage_tile(Tl, Wm, r0, n, hv, k0, Dk, tid)
-            cuda.syncthreads()
-            for kk in range(min(KT, Dk - k0)):
-                sv = S[k0 + kk, tx]
-                for ii in range(RI):
-                    acc[ii] = cuda.fma(Tl[ty + NW * ii, kk], sv, acc[ii])
-        if colok:
-            for ii in range(RI):
-                i = ty + NW * ii
-                if i < n:
-                    Vp[i, tx] = U[r0 + i, hv, col] - acc[ii]
-        # O = (e^c q) S + P V'
-        for ii in range(RI):
-            acc[ii] = float32(0.0)
-        for k0 in range(0, Dk, KT):
-            cuda.syncthreads()
-            _stage_tile(Tl, qn, r0, n, kh, k0, Dk, tid)
-            cuda.syncthreads()
-            for kk in range(min(KT, Dk - k0)):
-                sv = S[k0 + kk, tx]
-                for ii in range(RI):
-                    acc[ii] = cuda.fma(Tl[ty + NW * ii, kk], sv, acc[ii])
-        for ii in range(RI):
-            acc[ii] = acc[ii] * ec[min(ty + NW * ii, n - 1)]
-        for j0 in range(0, n, KT):
-            cuda.syncthreads()
-            _stage_tile(Tl, P, r0, n, hv, j0, CH, tid)
-            cuda.syncthreads()
-            for jj in range(min(KT, n - j0)):
-                j = j0 + jj
-                vj = Vp[j, tx]
-                for ii in range(RI):
-                    pv = Tl[ty + NW * ii, jj]
-                    if j > ty + NW * ii:
-                        pv = float32(0.0)
-                    acc[ii] = cuda.fma(pv, vj, acc[ii])
-        if colok:
-            for ii in range(RI):
-                i = ty + NW * ii
-                if i < n:
-                    o[r0 + i, hv, col] = acc[ii]
-        # S <- e^{c_n} S + (e^{c_n - c} K)^T V'   (all reads of S above are done: barrier in the tile loop)
         ecn = float32(math.exp(cn))
-        for k0 in range(0, Dk, KT):
+        for ii in range(RI):
+            acc[ii] = float32(0.0)
+        for s in range(nst):
             cuda.syncthreads()
-            # tile of K̂ transposed into Tl[j, kk] = k̂[r0 + j, k0 + kk]
-            _stage_tile(Tl, kn, r0, n, kh, k0, Dk, tid)
+            _put_tile(Tl, buf, tid)
             cuda.syncthreads()
-            for q in range(KQ):
-                sacc[q] = float32(0.0)
-            for j in range(n):
-                vp = Vp[j, tx] * dec[j]
+            fs = s + 1
+            fr0 = r0
+            fn = n
+            if fs == nst:
+                fs = 0
+                fr0 = r0 + CH
+                fn = min(CH, n_all - (c + 1) * CH)
+            if fn > 0:
+                _fetch_stage(buf, fs, nk, Wm, qn, P, kn, fr0, fn, hv, kh, Dk, tid)
+            if s < 2 * nk:
+                # V' = U - W S (s < nk), then (e^c q) S
+                k0 = (s if s < nk else s - nk) * KT
+                for kk in range(min(KT, Dk - k0)):
+                    sv = S[k0 + kk, tx]
+                    for ii in range(RI):
+                        acc[ii] = cuda.fma(Tl[ty + NW * ii, kk], sv, acc[ii])
+                if s == nk - 1:
+                    if colok:
+                        for ii in range(RI):
+                            i = ty + NW * ii
+                            if i < n:
+                                Vp[i, tx] = uu[ii] - acc[ii]
+                    for ii in range(RI):
+                        acc[ii] = float32(0.0)
+                elif s == 2 * nk - 1:
+                    for ii in range(RI):
+                        acc[ii] = acc[ii] * ec[min(ty + NW * ii, n - 1)]
+            elif s < 2 * nk + 2:
+                # O += P V' (P tile j0; rows past n and j > i are zero)
+                j0 = (s - 2 * nk) * KT
+                for jj in range(min(KT, n - j0)):
+                    j = j0 + jj
+                    vj = Vp[j, tx]
+                    for ii in range(RI):
+                        pv = Tl[ty + NW * ii, jj]
+                        if j > ty + NW * ii:
+                            pv = float32(0.0)
+                        acc[ii] = cuda.fma(pv, vj, acc[ii])
+                if s == 2 * nk + 1 and colok:
+                    for ii in range(RI):
+                        i = ty + NW * ii
+                        if i < n:
+                            o[r0 + i, hv, col] = acc[ii]
+            else:
+                # S <- e^{c_n} S + (e^{c_n - c} K)^T V' on rows k0.. (Tl[j, kk] = k[r0 + j, k0 + kk])
+                k0 = (s - 2 * nk - 2) * KT
                 for q in range(KQ):
-                    sacc[q] = cuda.fma(Tl[j, ty + NW * q], vp, sacc[q])
-            if colok:
-                for q in range(KQ):
-                    k = k0 + ty + NW * q
-                    if k < Dk:
-                        S[k, tx] = cuda.fma(ecn, S[k, tx], sacc[q])
+                    sacc[q] = float32(0.0)
+                for j in range(n):
+                    vp = Vp[j, tx] * dec[j]
+                    for q in range(KQ):
+                        sacc[q] = cuda.fma(Tl[j, ty + NW * q], vp, sacc[q])
+                if colok:
+                    for q in range(KQ):
+                        k = k0 + ty + NW * q
+                        if k < Dk:
+                            S[k, tx] = cuda.fma(ecn, S[k, tx], sacc[q])
     cuda.syncthreads()
     if colok:
         for i in range(ty, Dk, NW):
