@@ -2,8 +2,9 @@
 
 Against ``reference.ops.attention`` (f32 caches: 1e-5) and the chunked twin ``reference.attention`` (bf16 / e4m3
 caches: same decoded values, 1e-5), plus exactness: a row's output is bit-identical alone or beside other rows
-and streams, with any chunk-grid depth, and a chain-tree row equals the window row it stands for.
-Shapes: nH 4, nKV 2 (GQA 2), hd 64, up to 70 keys (2 chunks of 64).
+and streams, with any grid depth, and a chain-tree row equals the window row it stands for (its tree keys straddle
+a split boundary); every finite e4m3 code through the V path exactly; the split rule (a row's split count fits the
+partial buffers sized by ``max_chunks``). Shapes: nH 4, nKV 2 (GQA 2), hd 64, up to 70 keys (3 splits of 32).
 """
 
 from __future__ import annotations
@@ -87,3 +88,38 @@ def test_exactness_alone_batched_window_tree():
     alone = _run(q1, kc, vc, None, None, ([1], [T + 3], [0], [0]), nz=1)
     np.testing.assert_array_equal(batched[0], alone[0])
     np.testing.assert_array_equal(batched[2], alone[0])
+
+
+def test_split_rule():
+    for ctx in (1, 31, 32, 33, 100, 1024, 1025, 4096, 8192, 8193, 16384, 32768, 100000):
+        worst = max(katt.num_splits(n) for n in range(1, ctx + 1))
+        assert worst == katt.max_chunks(ctx) <= katt.NSMAX
+    assert katt.num_splits(100) == 4 and katt.num_splits(4096) == 64 and katt.num_splits(32768) == 128
+    for n in (1, 40, 1000, 5000, 20000, 40000):  # splits cover the keys exactly once, in order
+        w, ns = katt.split_width(n), katt.num_splits(n)
+        assert w % 32 == 0 and (ns - 1) * w < n <= ns * w
+
+
+def test_e4m3_codes_exact():
+    """One key: the output is its decoded V row; every finite code, both kv heads, compared bit for bit."""
+    H, KV, D = 4, 2, 256
+    codes = np.arange(256, dtype=np.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0  # NaN codes are never written by the store
+    rng = np.random.default_rng(9)
+    vc = np.zeros((1, 2, KV, D), np.uint8)
+    vc[0, 0, 0] = codes
+    vc[0, 0, 1] = codes[::-1]
+    vs = np.full((1, 2, KV), 0.37, np.float32)
+    kc = rng.integers(0, 0x70, (1, 2, KV, D)).astype(np.uint8)
+    ks = np.full((1, 2, KV), 0.01, np.float32)
+    q = rng.standard_normal((1, H, D)).astype(np.float32)
+    m, l, acc = katt.partial_buffers(1, H, D, 2)
+    d = [cuda.to_device(np.asarray(x, np.int32)) for x in ([0], [1], [0], [0])]
+    out = cuda.to_device(np.full((1, H, D), np.nan, np.float32))
+    katt.launch_partials(cuda.to_device(q), cuda.to_device(kc), cuda.to_device(vc), cuda.to_device(ks),
+                         cuda.to_device(vs), *d, D ** -0.5, m, l, acc)
+    katt.launch_merge(m, l, acc, d[0], d[1], d[2], cuda.to_device(np.zeros((1, H, 2 * D), np.float32)), 0, out)
+    oh = out.copy_to_host()
+    vdec = kv8.dequantize_rows(vc, vs)[0, 0]
+    for h in range(H):
+        np.testing.assert_array_equal(oh[0, h], vdec[h // (H // KV)])
