@@ -221,11 +221,12 @@ def torch_matmul_peer(ctx, R, out, inp):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=None):
+def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=None, plan=None):
     from tensorfold.kernels import affine as A
 
     cuda = ctx["cuda"]
-    plan = A.plan_qgemv(out, inp, bits, group)
+    if plan is None:
+        plan = A._plan_cuda_core(out, inp, bits, group) if no is not None else A.plan_qgemv(out, inp, bits, group)
     wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
     ncp = _copies(wbytes)
     mats = []
@@ -242,28 +243,46 @@ def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=
         return lambda s, m=m, keep=_x: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, plan, ws=ws, stream=s, no=no)
 
     nbytes = wbytes + R * inp * 4 + R * out * 4
-    label = label if no is None else f"{label} NO={no}"
-    return Case(name=f"qgemv {bits}b g{group} {label}", model=model, shape=f"R={R} {out}x{inp} (tpb {plan.tpb}, ks {plan.ks})",
+    if no is not None:
+        label = f"{label} cuda-core NO={no}"
+    elif plan.tc:
+        label = f"{label} tc mt={plan.mt} u={plan.u}"
+    else:
+        label = f"{label} cuda-core"
+    geo = f"tpb {plan.tpb}, ks {plan.ks}"
+    return Case(name=f"qgemv {bits}b g{group} {label}", model=model, shape=f"R={R} {out}x{inp} ({geo})",
                 nbytes=nbytes, flops=2 * R * out * inp, launches=[mk(m) for m in mats],
                 peer=torch_matmul_peer(ctx, R, out, inp) if peer else None)
 
 
 @register("affine")
 def _affine_cases(ctx):
+    """Decode GEMVs: the tensor-core kernel (default plan) at 1 and 8 rows for the 9B / 27B MLP and head shapes and
+    the 2B head, 16 rows once, 8-bit and 2-bit, a few tile variants, and the CUDA-core kernel once as the in-run
+    baseline (the R=8 / R=1 ratio is in the results file)."""
+    from tensorfold.kernels import affine as A
+
     cases = []
-    for model, (H, I, V) in SHAPES.items():
+    H2, I2, V = SHAPES["2B"]
+    for R in (1, 8):
+        cases.append(_qgemv_case(ctx, "2B", "head", V, H2, R, peer=False))
+    for model in ("9B", "27B"):
+        H, I, V = SHAPES[model]
         for R in (1, 8):
-            cases.append(_qgemv_case(ctx, model, "gate/up", I, H, R))
-            cases.append(_qgemv_case(ctx, model, "down", H, I, R))
-            cases.append(_qgemv_case(ctx, model, "head", V, H, R, peer=(model != "27B" or R == 1)))
-    cases.append(_qgemv_case(ctx, "-", "tall-skinny", 2048, 12288, 1))
-    for no in (8, 16):  # more weight rows per block (bytes in flight per thread) at batch 1
-        cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 1, no=no, peer=False))
-        cases.append(_qgemv_case(ctx, "9B", "down", 4096, 12288, 1, no=no, peer=False))
-        cases.append(_qgemv_case(ctx, "9B", "head", 248320, 4096, 1, no=no, peer=False))
-    cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 8, no=4, peer=False))
-    cases.append(_qgemv_case(ctx, "9B", "8-bit gate", 12288, 4096, 1, bits=8, group=64, peer=False))
-    cases.append(_qgemv_case(ctx, "9B", "6-bit gate", 12288, 4096, 1, bits=6, group=64, peer=False))
+            cases.append(_qgemv_case(ctx, model, "gate/up", I, H, R, peer=(R == 1)))
+            cases.append(_qgemv_case(ctx, model, "down", H, I, R, peer=False))
+            cases.append(_qgemv_case(ctx, model, "head", V, H, R, peer=False))
+    cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 16, peer=False))
+    cases.append(_qgemv_case(ctx, "-", "tall-skinny", 2048, 12288, 1, peer=False))
+    for R in (1, 8):
+        cases.append(_qgemv_case(ctx, "9B", "8-bit gate", 12288, 4096, R, bits=8, group=64, peer=False))
+    cases.append(_qgemv_case(ctx, "9B", "2-bit gate", 12288, 4096, 1, bits=2, group=64, peer=False))
+    for mt, u, rows in ((1, 4, (1, 8)), (4, 2, (1, 8)), (2, 2, (1,))):  # tile variants, same warps-per-block rule
+        for R in rows:
+            p = A.plan_tc(12288, 4096, 4, 64, mt=mt, u=u)
+            cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, R, peer=False, plan=p))
+    for R in (1, 8):  # the CUDA-core kernel, same run
+        cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, R, no=8 if R == 1 else 4, peer=False))
     # dense bf16 gemv
     from tensorfold.kernels import affine as A
 

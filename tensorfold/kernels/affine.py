@@ -8,6 +8,7 @@ Owns
   computes ``s * dot(q, x) + b * sum(x)`` with fp32 accumulation, MLX's ``qdot`` form.
 - ``dense_gemv``: the same for bias-free bf16 weights (``uint16 [out, in]`` bits, passed as their ``uint32`` view
   ``[out, in/2]``).
+- Tensor-core ``qgemv`` (the default for bits 2 (groups 64, 128), 4 and 8; see "Tensor-core GEMV" below).
 - ``qgemm``: the prompt GEMM for many rows (shared-memory tiles, a weight tile dequantized once to shared memory,
   fp32 FMA, no tensor cores).
 - ``plan_qgemv`` / ``launch_qgemv`` / ``launch_dense_gemv`` / ``launch_qgemm``: geometry choice and launch.
@@ -32,7 +33,29 @@ Measured on the H200 (benchmarks/results/kernels_2026-11-30.md; copy ceiling 4.2
 instruction-bound on the decode (about 9 PTX instructions per weight), not yet the 70 % target; 8 rows 5.4x the
 1-row time (NO=4); dense bf16 at 1 row 73 % of copy (on par with torch); prompt GEMM 13.5 TFLOP/s fp32.
 
-Launch geometry (qgemv): grid ``(ceil(out / NO), ceil(R / RB), KS)``, block ``TPB`` threads (a multiple of 32,
+Tensor-core GEMV (``_gen_tc_source``): one ``mma.sync`` m16n8k16 (bf16 in, fp32 accumulate) takes 16 weight rows
+x 16 k as A and 16 k x 8 batch rows of x as B. Each lane loads its own weight words straight from MLX's packing:
+with ``g = lane >> 2`` and ``t = lane & 3``, lane (g, t) owns rows g and g + 8 of a 16-row tile and, in every group,
+the contiguous words ``t*LW .. t*LW+LW-1`` (``LW = group*bits/128``: codes ``t*group/4 ..``), so a quad of lanes
+reads one group of one row. Since a dot product does not depend on the order of k, the k order inside each mma
+step is the lanes' own: for 4 and 2 bits ``(w >> sh) & 0x000F000F | 0x43004300`` (``0x00030003`` for 2 bits) reads
+as the bf16 pair (128 + q_i, 128 + q_{i+half}) and one ``fma.rn.bf16x2`` by (1, -128) leaves the exact codes; 8-bit
+codes decode to fp32 and pack with ``cvt.rn.bf16x2`` (exact below 256). Lane (g, t) builds B for batch row g from
+the same code positions of x: x (fp32, read with 16-byte loads; L1/L2 serve the re-reads) is split into bf16
+hi + lo pairs (``split_bf16x2``) and each step issues two mma's (hi, lo), so x keeps about 2^-18 relative per
+element while ``q * bf16`` products are exact in fp32. Every mma step lies inside one quantization group; the
+group's steps chain through the accumulator from 0 into d = dot(q, x), then ``acc += s * d`` and
+``acc += b * sum_x`` per (row, batch row) (MLX's ``qdot`` form). The group sums of x are the lane's fp32 values
+summed in order, a quad xor-butterfly (1, 2), and two shuffles that bring batch rows 2t, 2t+1 to the lanes holding
+those C columns. A warp owns ``mt`` 16-row tiles (default 2) and walks ``u`` groups per iteration (default 4),
+issuing all their weight loads first (``4 * mt * u * LW`` bytes in flight per lane); the block's ``tpb/32`` warps
+split the block's groups into contiguous ranges and are summed in warp order through shared memory; split-K across
+blocks (grid.z) as below. Rows: one n-tile (8 batch rows) for R <= 8, two for R <= 16, grid.y beyond; a batch row's
+arithmetic is the same in every variant (an mma column depends only on its own B column), so results are bit-for-bit
+independent of the row count. 3/5/6 bits and 2-bit g32 keep the CUDA-core kernel below; ``TENSORFOLD_GEMV_TC=0``
+selects it for every format.
+
+Launch geometry (CUDA-core qgemv): grid ``(ceil(out / NO), ceil(R / RB), KS)``, block ``TPB`` threads (a multiple of 32,
 chosen so every thread gets whole 16-byte chunks of the row), ``NO = 4`` weight rows per block (``no=`` overrides); every thread
 strides over the row's 16-byte chunks (coalesced 512 bytes per warp-load), keeps ``NO * RB`` accumulators in
 registers, then a warp butterfly and a fixed-order sum over the block's warps. Split-K (``KS > 1``, for
@@ -44,13 +67,15 @@ register tile; K in tiles of 32.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 
 from . import _device
-from ._device import IS_SIM, bf16_to_f32, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
+from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
+from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 
 __all__ = [
     "GemvPlan",
@@ -348,7 +373,7 @@ _HELPERS = _make_helpers()
 _KCACHE: dict = {}
 
 
-def _build(name: str, src: str):
+def _build(name: str, src: str, extra: dict | None = None):
     glb = {
         "cuda": cuda,
         "np": np,
@@ -357,8 +382,15 @@ def _build(name: str, src: str):
         "ldg_f32x4_2d": ldg_f32x4_2d,
         "warp_sum": warp_sum,
         "_TWO23": np.float32(8388608.0),
+        "mma_bf16": mma_bf16,
+        "split_bf16x2": split_bf16x2,
+        "fma_bf16x2": fma_bf16x2,
+        "pack_bf16x2": pack_bf16x2,
     }
     glb.update(_HELPERS)
+    glb.update({k: globals()[k] for k in ("_ldf", "_ldf_u32x2", "_ldf_u32x4", "_ldf_f32x4", "_quad_sum", "_shfl2")
+                if k in globals()})
+    glb.update(extra or {})
     code = compile(src, f"<tensorfold.kernels.affine:{name}>", "exec")
     exec(code, glb)
     fn = glb[name]
@@ -407,18 +439,426 @@ _splitk_reduce = cuda.jit(_splitk_reduce_py)
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# tensor-core qgemv (bits 2, 4, 8): weights are the mma's A (16 output rows x 16 k), x is B (16 k x 8 batch rows)
+# ----------------------------------------------------------------------------------------------------------------
+
+TC_BITS = (2, 4, 8)
+TC_MT = 2   # 16-row tiles per warp (default plan)
+TC_U = 4    # groups per loop iteration (default plan)
+_TC_MAX_NW = 8
+_TC_RESIDENT_WARPS = 132 * 18  # about one resident wave of warps on the H200 at 112 registers per thread
+
+
+def _tc_supported(bits: int, group: int, inp: int) -> bool:
+    """2-bit g32 (a lane would own half a word per group) and 3/5/6 bits stay on the CUDA-core kernel."""
+    if bits not in TC_BITS or group not in (32, 64, 128):
+        return False
+    lw4 = group * bits  # 128 * words per lane per group
+    if lw4 < 128:
+        return False
+    lw = lw4 // 128
+    return inp % group == 0 and (inp * bits // 32) % lw == 0
+
+
+if not IS_SIM:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.cuda import cgutils as _cgutils
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    def _flat_ptr(context, builder, arrty, a, off, offty):
+        ary = context.make_array(arrty)(context, builder, value=a)
+        off = context.cast(builder, off, offty, _types.intp)
+        return builder.gep(ary.data, [off])
+
+    def _vec_load(builder, ptr, n, kind):
+        ty = _ir.FloatType() if kind == "f32" else _ir.IntType(32)
+        st = _ir.LiteralStructType([ty] * n)
+        regs = ", ".join(f"${k}" for k in range(n))
+        cons = ",".join([("=f" if kind == "f32" else "=r")] * n) + ",l"
+        asm = _ir.InlineAsm(_ir.FunctionType(st, [ptr.type]), f"ld.global.nc.v{n}.{kind} {{{regs}}}, [${n}];", cons)
+        res = builder.call(asm, [ptr])
+        return [builder.extract_value(res, k) for k in range(n)]
+
+    def _make_flat_vec(n, kind, dtype):
+        @_intrinsic
+        def ld(typingctx, arr, off):
+            if not (isinstance(arr, _types.Array) and arr.dtype == dtype and isinstance(off, _types.Integer)):
+                return None
+            sig = _types.UniTuple(dtype, n)(arr, off)
+
+            def codegen(context, builder, sig, args):
+                ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                return context.make_tuple(builder, sig.return_type, _vec_load(builder, ptr, n, kind))
+
+            return sig, codegen
+
+        return ld
+
+    _ldf_u32x2 = _make_flat_vec(2, "u32", _types.uint32)
+    _ldf_u32x4 = _make_flat_vec(4, "u32", _types.uint32)
+    _ldf_f32x4 = _make_flat_vec(4, "f32", _types.float32)
+
+    @_intrinsic
+    def _ldf(typingctx, arr, off):
+        """``arr.flat[off]`` of a C-contiguous array by element offset (no index arithmetic per dimension)."""
+        if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
+            return None
+        sig = arr.dtype(arr, off)
+
+        def codegen(context, builder, sig, args):
+            return builder.load(_flat_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1]))
+
+        return sig, codegen
+
+    @devfn
+    def _quad_sum(p):
+        """Sum over the 4 lanes of a quad (xor 1 then xor 2: every lane gets the same bits)."""
+        p = p + cuda.shfl_xor_sync(0xFFFFFFFF, p, 1)
+        p = p + cuda.shfl_xor_sync(0xFFFFFFFF, p, 2)
+        return p
+
+    @devfn
+    def _shfl2(v, a, b):
+        return cuda.shfl_sync(0xFFFFFFFF, v, a), cuda.shfl_sync(0xFFFFFFFF, v, b)
+
+else:
+
+    def _flat_at(arr, off):
+        c = arr.shape[1]
+        return off // c, off % c
+
+    @cuda.jit(device=True)
+    def _ldf(arr, off):
+        r, c = _flat_at(arr, off)
+        return arr[r, c]
+
+    @cuda.jit(device=True)
+    def _ldf_u32x2(arr, off):
+        r, c = _flat_at(arr, off)
+        return (arr[r, c], arr[r, c + 1])
+
+    @cuda.jit(device=True)
+    def _ldf_u32x4(arr, off):
+        r, c = _flat_at(arr, off)
+        return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
+
+    @cuda.jit(device=True)
+    def _ldf_f32x4(arr, off):
+        r, c = _flat_at(arr, off)
+        return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
+
+    def _sim_tid2():
+        return cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+
+    @cuda.jit(device=True)
+    def _quad_sum(p):
+        # block barrier in the simulator (like _device.warp_sum): same pairing and order as the shuffles
+        buf = cuda.shared.array(1024, np.object_)
+        tid = _sim_tid2()
+        buf[tid] = p
+        cuda.syncthreads()
+        base = tid - (tid % 4)
+        v = [buf[base + j] for j in range(4)]
+        cuda.syncthreads()
+        v = [np.float32(v[j] + v[j ^ 1]) for j in range(4)]
+        v = [np.float32(v[j] + v[j ^ 2]) for j in range(4)]
+        return v[tid % 4]
+
+    @cuda.jit(device=True)
+    def _shfl2(v, a, b):
+        buf = cuda.shared.array(1024, np.object_)
+        tid = _sim_tid2()
+        buf[tid] = v
+        cuda.syncthreads()
+        base = tid - (tid % 32)
+        ra, rb = buf[base + a], buf[base + b]
+        cuda.syncthreads()
+        return ra, rb
+
+
+def _tc_lane_layout(bits: int, group: int):
+    """Per lane and group: LW words (contiguous, lane t owns words t*LW .. t*LW+LW-1 of the group, i.e. codes
+    t*CL .. t*CL+CL-1 with CL = group/4) and, for each of the group's group/16 mma steps, the two A/B register
+    slots as pairs of lane-local code indices (low half, high half). The same pairs pick x for B, so A and B agree
+    on the (permuted) k order inside each step."""
+    lw = group * bits // 128
+    cl = group // 4
+    cpw = 32 // bits
+    steps = []  # per step: (word j, [(lo, hi) for slot 0, slot 1]) ; decode kind per word
+    for j in range(lw):
+        if bits == 8:
+            steps.append((j, [(4 * j, 4 * j + 1), (4 * j + 2, 4 * j + 3)], [(0, 1), (2, 3)]))
+        else:
+            half = cpw // 2  # pair i = codes (i, i + half) via shift bits*i
+            for sl in range(half // 2):
+                i0, i1 = 2 * sl, 2 * sl + 1
+                steps.append((j, [(cpw * j + i0, cpw * j + i0 + half), (cpw * j + i1, cpw * j + i1 + half)],
+                              [i0, i1]))
+    assert len(steps) == group // 16
+    return lw, cl, steps
+
+
+def _gen_tc_helpers_source(bits: int, group: int) -> str:
+    """Device helpers of one format (kept out of the kernel body so each kernel types and lowers quickly; they are
+    inlined on the GPU): ``_tcdec(w)`` -> the word's A pairs, ``_tcx(x, off)`` -> (partial sum, B hi/lo pairs of
+    every step of the lane's group slice)."""
+    lw, cl, steps = _tc_lane_layout(bits, group)
+    cpw = 32 // bits
+    L = []
+    a = L.append
+    a("def _tcdec(w):")
+    if bits == 8:
+        qs = []
+        for k in range(4):
+            qs.append(_q_inplace_expr("w", 8 * k, 8) if 8 * k + 8 <= 23 else _q_expr(_code_expr("w", None, 8 * k, 8)))
+        a(f"    return pack_bf16x2({qs[0]}, {qs[1]}), pack_bf16x2({qs[2]}, {qs[3]})")
+    else:
+        mask = ((1 << bits) - 1) * 0x00010001
+        a(f"    m = np.uint32({mask:#x})")
+        a("    c = np.uint32(0x43004300)")
+        a("    one = np.uint32(0x3F803F80)")
+        a("    neg = np.uint32(0xC300C300)")
+        outs = []
+        for i in range(cpw // 2):
+            src = "w" if i == 0 else f"(w >> np.uint32({bits * i}))"
+            a(f"    p{i} = fma_bf16x2(({src} & m) | c, one, neg)")
+            outs.append(f"p{i}")
+        a("    return " + ", ".join(outs))
+    a("def _tcx(x, off):")
+    for f4 in range(cl // 4):
+        a(f"    x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, off + {4 * f4})")
+    a("    p = x0")
+    for e in range(1, cl):
+        a(f"    p += x{e}")
+    outs = ["p"]
+    for s_, (_, prs, _) in enumerate(steps):
+        for slot, (lo, hi) in enumerate(prs):
+            a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
+            outs += [f"h{s_}_{slot}", f"l{s_}_{slot}"]
+    a("    return " + ", ".join(outs))
+    return "\n".join(L) + "\n"
+
+
+def _tc_helpers(bits: int, group: int):
+    key = ("tch", bits, group)
+    if key not in _KCACHE:
+        glb = {"np": np, "_TWO23": np.float32(8388608.0), "fma_bf16x2": fma_bf16x2, "pack_bf16x2": pack_bf16x2,
+               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4}
+        exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
+             glb)
+        out = {}
+        for k in ("_tcdec", "_tcx"):
+            f = glb[k]
+            f.__module__ = __name__
+            out[k] = devfn(f)
+        _KCACHE[key] = out
+    return _KCACHE[key]
+
+
+@devfn
+def _tc_mma2(a0, a1, a2, a3, h0, h1, l0, l1, d0, d1, d2, d3):
+    """One k-step against x's hi and lo parts (two chained mma's)."""
+    d0, d1, d2, d3 = mma_bf16(a0, a1, a2, a3, h0, h1, d0, d1, d2, d3)
+    return mma_bf16(a0, a1, a2, a3, l0, l1, d0, d1, d2, d3)
+
+
+@devfn
+def _tc_epi(c0, c1, c2, c3, d0, d1, d2, d3, sa, ba, sb, bb, sxa, sxb):
+    """acc += s * d then acc += b * sum_x for the lane's C elements (rows g, g+8; batch columns 2t, 2t+1)."""
+    c0 += sa * d0
+    c0 += ba * sxa
+    c1 += sa * d1
+    c1 += ba * sxb
+    c2 += sb * d2
+    c2 += bb * sxa
+    c3 += sb * d3
+    c3 += bb * sxb
+    return c0, c1, c2, c3
+
+
+@devfn
+def _tc_sb_bf16(S, B, off):
+    return bf16_to_f32(_ldf(S, off)), bf16_to_f32(_ldf(B, off))
+
+
+@devfn
+def _tc_sb_f(S, B, off):
+    return np.float32(_ldf(S, off)), np.float32(_ldf(B, off))
+
+
+def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str) -> str:
+    """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
+    ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
+    iteration (all their weight loads issued first)."""
+    lw, cl, steps = _tc_lane_layout(bits, group)
+    wpg = group * bits // 32
+    nstep = len(steps)
+    L = []
+    a = L.append
+    a(f"def {name}(W, S, B, x, y, R, c0, c1):")
+    a("    tid = cuda.threadIdx.x")
+    a("    lane = tid & 31")
+    a("    warp = tid >> 5")
+    a("    g = lane >> 2")
+    a("    t = lane & 3")
+    if nw > 1:
+        a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
+    a("    out = W.shape[0]")
+    a(f"    ng = x.shape[1] // {group}")
+    a(f"    o0 = cuda.blockIdx.x * {16 * mt}")
+    a(f"    r0 = cuda.blockIdx.y * {8 * nt}")
+    a("    kz = cuda.blockIdx.z")
+    a("    ks = cuda.gridDim.z")
+    a("    per = (ng + ks - 1) // ks")
+    a("    gb = kz * per")
+    a("    ge = min(ng, gb + per)")
+    a(f"    pw = (per + {nw - 1}) // {nw}")
+    a("    wb = gb + warp * pw")
+    a("    we = min(ge, wb + pw)")
+    a(f"    nit = (pw + {u - 1}) // {u}")
+    a("    wpitch = W.shape[1]")
+    a("    spitch = S.shape[1]")
+    a("    xpitch = x.shape[1]")
+    for m in range(mt):
+        a(f"    ra{m} = min(o0 + {16 * m} + g, out - 1)")
+        a(f"    rb{m} = min(o0 + {16 * m + 8} + g, out - 1)")
+        # flat element offsets of the lane's rows (weights: plus the lane's words inside a group)
+        a(f"    woa{m} = ra{m} * wpitch + t * {lw}")
+        a(f"    wob{m} = rb{m} * wpitch + t * {lw}")
+        a(f"    soa{m} = ra{m} * spitch")
+        a(f"    sob{m} = rb{m} * spitch")
+    for n in range(nt):
+        a(f"    xr{n} = min(r0 + {8 * n} + g, R - 1)")
+        a(f"    xo{n} = xr{n} * xpitch + t * {cl}")
+    a("    sa_lane = 8 * t")
+    a("    sb_lane = 8 * t + 4")
+    for m in range(mt):
+        for n in range(nt):
+            for i in range(4):
+                a(f"    acc{m}_{n}_{i} = np.float32(0.0)")
+    a("    for it in range(nit):")
+    I = "        "
+    a(f"{I}G0 = wb + it * {u}")
+    a(f"{I}Gl = max(we - 1, 0)")
+    for uu in range(u):  # every weight load of the iteration first (groups past the warp's range re-read its last)
+        a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
+        a(f"{I}wi{uu} = Gc{uu} * {wpg}")
+        for m in range(mt):
+            for hname in ("a", "b"):
+                v = f"w{hname}{uu}_{m}"
+                off = f"wo{hname}{m} + wi{uu}"
+                if lw == 1:
+                    a(f"{I}{v}_0 = _ldf(W, {off})")
+                elif lw == 2:
+                    a(f"{I}{v}_0, {v}_1 = _ldf_u32x2(W, {off})")
+                else:
+                    for q in range(lw // 4):
+                        a(f"{I}{v}_{4 * q}, {v}_{4 * q + 1}, {v}_{4 * q + 2}, {v}_{4 * q + 3} = "
+                          f"_ldf_u32x4(W, {off} + {4 * q})")
+    bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
+    for uu in range(u):
+        a(f"{I}col = Gc{uu} * {group}")
+        for n in range(nt):
+            # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
+            a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
+            a(f"{I}p = _quad_sum(p)")
+            a(f"{I}sxa{n}, sxb{n} = _shfl2(p, sa_lane, sb_lane)")
+        for m in range(mt):
+            sbf = "_tc_sb_bf16" if sk == "bf16" else "_tc_sb_f"
+            a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{uu})")
+            a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{uu})")
+            for n in range(nt):
+                a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + " = np.float32(0.0), np.float32(0.0), "
+                  "np.float32(0.0), np.float32(0.0)")
+            per_word = {}
+            for s_, (j, prs, dec) in enumerate(steps):
+                if j not in per_word:
+                    npairs = 2 if bits == 8 else 32 // bits // 2
+                    pa = ", ".join(f"pa{j}_{i}" for i in range(npairs))
+                    pb = ", ".join(f"pb{j}_{i}" for i in range(npairs))
+                    a(f"{I}{pa} = _tcdec(wa{uu}_{m}_{j})")
+                    a(f"{I}{pb} = _tcdec(wb{uu}_{m}_{j})")
+                    per_word[j] = True
+                i0, i1 = (0, 1) if bits == 8 else dec
+                for n in range(nt):
+                    dd = ", ".join(f"d{n}_{i}" for i in range(4))
+                    a(f"{I}{dd} = _tc_mma2(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, bh{n}_{s_}_0, "
+                      f"bh{n}_{s_}_1, bl{n}_{s_}_0, bl{n}_{s_}_1, {dd})")
+            a(f"{I}if G0 + {uu} < we:")
+            for n in range(nt):
+                cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
+                dd = ", ".join(f"d{n}_{i}" for i in range(4))
+                a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
+    # cross-warp sum in warp order, then store
+    if nw > 1:
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
+        a("    cuda.syncthreads()")
+        a("    if warp == 0:")
+        J = "        "
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    k = (m * nt + n) * 4 + i
+                    a(f"{J}tot = red[0, {k}, lane]")
+                    for w in range(1, nw):
+                        a(f"{J}tot += red[{w}, {k}, lane]")
+                    a(f"{J}acc{m}_{n}_{i} = tot")
+    else:
+        a("    if True:")
+        J = "        "
+    for m in range(mt):
+        for n in range(nt):
+            for i in range(4):
+                o = f"o0 + {16 * m + (8 if i >= 2 else 0)} + g"
+                r = f"r0 + {8 * n + (i & 1)} + 2 * t"
+                a(f"{J}if {o} < out and {r} < R:")
+                a(f"{J}    y[kz, {r}, {o}] = acc{m}_{n}_{i}")
+    return "\n".join(L) + "\n"
+
+
+def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16"):
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk)
+    if key not in _KCACHE:
+        name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}"
+        extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
+                     _tc_sb_f=_tc_sb_f)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk), extra)
+    return _KCACHE[key]
+
+
+def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16"):
+    key = ("tck", bits, group, nt, nw, mt, u, sk)
+    if key not in _KCACHE:
+        _KCACHE[key] = cuda.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk))
+    return _KCACHE[key]
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # planning and launch
 # ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class GemvPlan:
+    """Launch geometry of one GEMV weight shape (chosen from the shape only, never from the row count).
+
+    ``tpb`` threads per block (for the tensor-core kernel: ``tpb // 32`` warps splitting the block's groups),
+    ``ks`` split-K factor across blocks (workspace ``[ks, R, out]``), ``tc`` whether the tensor-core kernel runs,
+    ``mt`` 16-row tiles per warp and ``u`` groups per loop iteration (tensor-core kernel only)."""
+
     out: int
     inp: int
     bits: int
     group: int
     tpb: int
     ks: int
+    tc: bool = False
+    mt: int = TC_MT
+    u: int = TC_U
 
     @property
     def workspace_shape(self):
@@ -426,8 +866,13 @@ class GemvPlan:
         return None if self.ks == 1 else (self.ks, 16, self.out)
 
 
-def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
-    """Geometry from the weight shape only (never from the row count: see the exactness rule)."""
+def _tc_enabled() -> bool:
+    """The tensor-core GEMV is the default; ``TENSORFOLD_GEMV_TC=0`` in the environment selects the CUDA-core
+    kernel for every format (a fallback switch)."""
+    return os.environ.get("TENSORFOLD_GEMV_TC", "1") != "0"
+
+
+def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
     wpc = _words_per_chunk(bits, group)
     words = inp * bits // 32
     if words * 32 != inp * bits or words % wpc:
@@ -442,6 +887,31 @@ def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) ->
     iters = -(-wchunks // (max_tpb // 32))
     nw = -(-wchunks // iters)
     return GemvPlan(out, inp, bits, group, 32 * nw, ks)
+
+
+def plan_tc(out: int, inp: int, bits: int, group: int, mt: int = TC_MT, u: int = TC_U) -> GemvPlan:
+    """Tensor-core geometry: ``ceil(out / (16 mt))`` blocks along x; warps per block doubled (up to 8) while the
+    grid stays within about one resident wave of warps and every warp keeps at least ``u`` groups; then split-K
+    across blocks while there are fewer than 2 blocks per SM."""
+    if not _tc_supported(bits, group, inp):
+        raise ValueError(f"qgemv tensor-core path: bits={bits} group={group} in={inp} not supported")
+    ng = inp // group
+    nbx = -(-out // (16 * mt))
+    nw = 1
+    while nw < _TC_MAX_NW and nbx * nw * 2 <= _TC_RESIDENT_WARPS and ng // (nw * 2) >= u:
+        nw *= 2
+    ks = 1
+    while nbx * ks < 264 and nbx * nw * ks * 2 <= _TC_RESIDENT_WARPS and ng // (nw * ks * 2) >= u:
+        ks *= 2
+    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u)
+
+
+def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
+    """Geometry from the weight shape only (never from the row count: see the exactness rule). Bits 2 (groups 64,
+    128), 4 and 8 get the tensor-core kernel unless ``TENSORFOLD_GEMV_TC=0``; others the CUDA-core kernel."""
+    if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):
+        return plan_tc(out, inp, bits, group)
+    return _plan_cuda_core(out, inp, bits, group, max_tpb)
 
 
 def _rb_for(R: int) -> int:
@@ -466,15 +936,23 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
                  no: int | None = None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
-    workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder."""
+    workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
+    ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests)."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group)
-    rb = _rb_for(R)
-    no = _no(rb) if no is None else no
-    k = get_qgemv_kernel(bits, group, rb, plan.tpb, _scale_kind(S), no)
-    grid = (-(-out // no), -(-R // rb), plan.ks)
+    if no is not None and plan.tc:
+        plan = _plan_cuda_core(out, inp, bits, group)
+    if plan.tc:
+        nt = 1 if R <= 8 else 2
+        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S))
+        grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
+    else:
+        rb = _rb_for(R)
+        no = _no(rb) if no is None else no
+        k = get_qgemv_kernel(bits, group, rb, plan.tpb, _scale_kind(S), no)
+        grid = (-(-out // no), -(-R // rb), plan.ks)
     if plan.ks == 1:
         y3 = y.reshape((1,) + tuple(y.shape))
         k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0))
@@ -617,7 +1095,19 @@ _G = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], floa
 def _specs():
     specs = []
     hot = set()
-    # the decode shapes' geometry: 4-bit g64 at 4 and 6 warps for 1 and 8 rows (hot), and every bits x group once
+    # tensor-core GEMV (the default for bits 2/4/8): 4-bit g64 at the warps-per-block counts the plans choose for
+    # the real shapes (1, 2, 4, 8) and both n-tile variants (hot); the other formats and float32 scales once
+    for nt, nw in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 4), (2, 8)):
+        f = get_tc_pyfunc(4, 64, nt, nw)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
+    for bits, group, nw in ((8, 64, 4), (8, 128, 1), (8, 32, 8), (2, 64, 4), (2, 128, 1), (4, 32, 4), (4, 128, 2)):
+        f = get_tc_pyfunc(bits, group, 1, nw)
+        specs.append((f, _Q))
+        if (bits, group) == (8, 64):
+            hot.add(f.__name__)
+    specs.append((get_tc_pyfunc(4, 64, 1, 4, sk="f32"), _QF))
+    # the CUDA-core kernel (3/5/6 bits, and every format with TENSORFOLD_GEMV_TC=0)
     for rb, tpb in ((1, 128), (1, 192), (2, 128), (4, 192), (8, 128), (8, 192)):
         f = get_qgemv_pyfunc(4, 64, rb, tpb, "bf16")
         specs.append((f, _Q))

@@ -2,6 +2,11 @@
 for bit, split-K, float32 / float16 scales, dense bf16 GEMV and the prompt GEMM, against the numpy reference
 (``ops.affine_dequant`` + float64 matmul). Tolerance: max |y - ref| <= 2e-6 * (|x| @ |W|) elementwise bound
 scaled (fp32 accumulation over <= 512 inputs); NaN / unwritten outputs fail (outputs are poisoned with NaN).
+
+The tensor-core GEMV (bits 2 (g64, g128), 4, 8) is checked with 1e-5 * bound: x enters the mma as a bf16 pair
+hi + lo that equals x to about 2^-18 relative per element (the codes are exact), on top of fp32 accumulation.
+Every supported bits x group pair, rows 1..19 (both n-tile variants and grid.y), partial row tiles, several warps
+per block, split-K and float32 / float16 scales; a row's result is the same bits alone or beside others.
 """
 
 import numpy as np
@@ -34,7 +39,7 @@ def test_qgemv_formats(bits, group):
     P, S, B = quant.quantize(w, bits, group)
     x = rng.standard_normal((R, K)).astype(np.float32)
     y = np.full((R, out), np.nan, np.float32)
-    A.launch_qgemv(P, S, B, x, y, bits, group)
+    A.launch_qgemv(P, S, B, x, y, bits, group, A._plan_cuda_core(out, K, bits, group))  # the CUDA-core kernel
     ref, bound = _ref(x, P, S, B, bits, group)
     _check(y, ref, bound)
 
@@ -136,3 +141,69 @@ def test_code_decoders_exact(bits):
     got = np.array(got, np.float32)
     assert got.shape == codes.shape
     assert np.array_equal(got.view(np.uint32), codes.view(np.uint32))
+
+
+# ---------------------------------------------------------------------------------------------- tensor-core GEMV
+
+TC_FORMATS = [(b, g) for b in (2, 4, 8) for g in (32, 64, 128) if (b, g) != (2, 32)]
+
+
+def _tc_plan(out, K, bits, group, nw=1, ks=1, mt=1, u=2):
+    return A.GemvPlan(out, K, bits, group, 32 * nw, ks, True, mt, u)
+
+
+def _q(out, K, bits, group, **kw):
+    w = rng.standard_normal((out, K)).astype(np.float32)
+    return quant.quantize(w, bits, group, **kw)
+
+
+def test_tc_supported_formats_and_plan():
+    assert [(b, g) for b in (2, 3, 4, 5, 6, 8) for g in (32, 64, 128) if A._tc_supported(b, g, 4096)] == TC_FORMATS
+    for out, K in ((12288, 4096), (4096, 12288), (2048, 12288), (248320, 2048), (5120, 17408)):
+        p = A.plan_qgemv(out, K, 4, 64)
+        assert p.tc and p.tpb % 32 == 0 and 32 <= p.tpb <= 256 and p.ks >= 1
+        assert (K // 64) // (p.tpb // 32 * p.ks) >= p.u  # every warp has at least one full iteration
+    assert not A.plan_qgemv(4096, 4096, 6, 64).tc and not A.plan_qgemv(4096, 4096, 2, 32).tc
+
+
+@pytest.mark.parametrize("bits,group", TC_FORMATS)
+def test_tc_formats(bits, group):
+    out, K, R = 20, (256 if group == 128 else 128), 3  # two 16-row tiles, the second partial
+    P, S, B = _q(out, K, bits, group)
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    y = np.full((R, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group, _tc_plan(out, K, bits, group, nw=2 if group < 128 else 1))
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound, tol=1e-5)
+
+
+def test_tc_rows_alone_equal_rows_together():
+    """Rows 1..19 (n-tile variants 1 and 2, and grid.y): a row's bits never depend on the other rows."""
+    out, K, bits, group = 16, 256, 4, 64
+    P, S, B = _q(out, K, bits, group)
+    x = rng.standard_normal((19, K)).astype(np.float32)
+    plan = _tc_plan(out, K, bits, group, nw=2, mt=1, u=2)
+    full = np.full((19, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, full, bits, group, plan)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(full, ref, bound, tol=1e-5)
+    for r0, R in ((0, 1), (0, 5), (0, 8), (0, 9), (0, 16), (12, 1), (18, 1), (3, 8)):
+        y = np.full((R, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x[r0:r0 + R], y, bits, group, plan)
+        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"rows {r0}..{r0 + R - 1}"
+
+
+def test_tc_default_geometry_splitk_and_scale_dtypes():
+    """The default tile shape (2 row tiles a warp, 4 groups an iteration, uneven warps' ranges), split-K with the
+    workspace reduce, and float32 / float16 scales."""
+    out, K, bits, group = 40, 640, 4, 64  # 10 groups: 3 warps' ranges of 4, 4, 2
+    for sd, ks in (("bf16", 1), ("f32", 2), ("f16", 1)):
+        kw = {} if sd == "bf16" else {"scale_dtype": sd}
+        P, S, B = _q(out, K, bits, group, **kw)
+        x = rng.standard_normal((2, K)).astype(np.float32)
+        plan = _tc_plan(out, K, bits, group, nw=3 if ks == 1 else 1, ks=ks, mt=2, u=4)
+        ws = np.full((ks, 2, out), np.nan, np.float32)
+        y = np.full((2, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
+        ref, bound = _ref(x, P, S, B, bits, group)
+        _check(y, ref, bound, tol=1e-5)
