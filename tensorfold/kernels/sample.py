@@ -1165,13 +1165,14 @@ def sample_workspace(n, blocks_per_row=None):
 
 
 def launch_sample(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, stream=0,
-                  max_blocks=None, blocks_per_row=None, workspace=None, cand_cap=None):
+                  max_blocks=None, blocks_per_row=None, workspace=None, cand_cap=None, greedy_only=False):
     """Fixed geometry per (rows, vocab), eight launches, no host sync: amax_k (AMAX_G, rows), hist_k (G, rows),
     plan_k (rows), gather_k (G, rows), select_k (rows), dsum_k (G, rows), draw_k (rows), sample_k (rows; only
     fallback rows do work); greedy rows are finished by amax_k and skipped by the rest. ``max_blocks`` caps the
     row dimension of each grid (rows are grid-strided), ``blocks_per_row`` overrides G (and the greedy pass's
     block count), ``workspace`` = ``sample_workspace(rows, G)``, ``cand_cap`` (<= CAND_CAP) lowers the candidate
-    bound (tests)."""
+    bound (tests). ``greedy_only``: the caller knows every row is greedy (temperature <= 0): only amax_k runs (it
+    writes every row), saving the seven sampled-path launches (~11 µs at one row, ~48 µs at 64 rows on the H200)."""
     n = logits.shape[0]
     G = BLOCKS_PER_ROW if blocks_per_row is None else int(blocks_per_row)
     GA = AMAX_G if blocks_per_row is None else G
@@ -1182,8 +1183,10 @@ def launch_sample(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions,
     cap = np.int32(CAND_CAP if cand_cap is None else min(int(cand_cap), CAND_CAP))
     if not 1 <= G <= GMAX:
         raise ValueError(f"launch_sample: blocks_per_row {G} outside [1, {GMAX}]")
-    amax_k[(GA, gr), AMAX_TPB, stream](logits, vv, np.int32(_vec4(logits)), np.int32(0), temps, best, cnt, out_ids,
-                                       rmax, rarg)
+    amax_k[(GA, gr), AMAX_TPB, stream](logits, vv, np.int32(_vec4(logits)), np.int32(1 if greedy_only else 0), temps,
+                                       best, cnt, out_ids, rmax, rarg)
+    if greedy_only:
+        return
     hist_k[(G, gr), PASS_TPB, stream](logits, temps, vv, rmax, rarg, hc, hm, zp)
     plan_k[gr, 64, stream](hc, hm, zp, temps, top_k, top_p, min_p, vv, cap, rmax, rarg, plan, off, ztot)
     gather_k[(G, gr), PASS_TPB, stream](logits, temps, vv, rmax, rarg, plan, off, cand, dsum)

@@ -85,6 +85,12 @@ def test_greedy_split_rows(G):
                     max_blocks=2, blocks_per_row=G)
     assert out.tolist() == [S.sample(lg[r], 0.0, valid_vocab=valid) for r in range(n)]
     assert out[1] == 3 and out[2] == 0 and out[3] == 0 and out[4] == 150
+    # greedy_only (the caller knows every row is greedy): only the greedy pass runs, same ids
+    out2 = np.full(n, -7, np.int32)
+    K.launch_sample(lg, out2, np.zeros(n, np.float32), np.zeros(n, np.int32), np.ones(n, np.float32),
+                    np.zeros(n, np.float32), np.arange(n, dtype=np.int64), np.zeros(n, np.int64), valid,
+                    max_blocks=2, blocks_per_row=G, greedy_only=True)
+    assert out2.tolist() == out.tolist()
 
 
 @pytest.mark.parametrize("cap,G", [(8, 3), (24, 5), (None, 2)])
