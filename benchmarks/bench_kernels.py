@@ -281,6 +281,15 @@ def _affine_cases(ctx):
         for R in rows:
             p = A.plan_tc(12288, 4096, 4, 64, mt=mt, u=u)
             cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, R, peer=False, plan=p))
+    # the pipelined tensor-core form (prefetched weights, branch-free tail, split hi/lo chains; not the default
+    # until measured): the shapes of the default rows above
+    pipe_shapes = [("9B", "gate/up", 12288, 4096, (1, 8)), ("9B", "down", 4096, 12288, (1, 8)),
+                   ("27B", "gate/up", 17408, 5120, (1, 8)), ("27B", "down", 5120, 17408, (1,)),
+                   ("2B", "head", 248320, 2048, (1, 8)), ("9B", "head", 248320, 4096, (1,))]
+    for model, label, out, inp, rows in pipe_shapes:
+        p = A.plan_tc(out, inp, 4, 64, pipe=True)
+        for R in rows:
+            cases.append(_qgemv_case(ctx, model, label + " pipe", out, inp, R, peer=False, plan=p))
     for R in (1, 8):  # the CUDA-core kernel, same run
         cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, R, no=8 if R == 1 else 4, peer=False))
     # dense bf16 gemv

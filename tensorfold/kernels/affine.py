@@ -28,10 +28,12 @@ block, split-K factor) is chosen from (out, in, bits, group) only, never from th
 at a time per block (RB = 1, 2, 4, 8 compiled variants; more rows use grid.y); the arithmetic per row is the same
 in each variant.
 
-Measured on the H200 (benchmarks/results/kernels_2026-11-30.md; copy ceiling 4.23 TB/s): 4-bit g64 at 1 row
-28-40 % of copy (9B gate 12288x4096 23.8 us, 9B head 248320x4096 337 us; torch bf16 matmul 30 / 480 us), i.e.
-instruction-bound on the decode (about 9 PTX instructions per weight), not yet the 70 % target; 8 rows 5.4x the
-1-row time (NO=4); dense bf16 at 1 row 73 % of copy (on par with torch); prompt GEMM 13.5 TFLOP/s fp32.
+Measured on the H200 (benchmarks/results/gemv_2026-11-30_0896dd7.md; copy ceiling 4.21 TB/s), tensor-core kernel,
+4-bit g64: 8 rows cost 1.05-1.12x one row (9B gate 12288x4096: 24.5 us at 1 row, 27.0 us at 8, 34.2 us at 16;
+the CUDA-core kernel: 18.6 us (NO=8) / 124.9 us); at 1 row 22-39 % of copy (9B/27B MLP 22-27 %, heads 38-39 %),
+i.e. slower than the CUDA-core kernel at one row on the MLP shapes (8-37 %) and far from the 70 % target: the
+measured form is latency-bound (see ``pipe`` below, not yet measured). Dense bf16 at 1 row 81 % of copy (CUDA
+cores, unchanged); prompt GEMM (qgemm) 13.5 TFLOP/s fp32.
 
 Tensor-core GEMV (``_gen_tc_source``): one ``mma.sync`` m16n8k16 (bf16 in, fp32 accumulate) takes 16 weight rows
 x 16 k as A and 16 k x 8 batch rows of x as B. Each lane loads its own weight words straight from MLX's packing:
@@ -53,7 +55,10 @@ split the block's groups into contiguous ranges and are summed in warp order thr
 blocks (grid.z) as below. Rows: one n-tile (8 batch rows) for R <= 8, two for R <= 16, grid.y beyond; a batch row's
 arithmetic is the same in every variant (an mma column depends only on its own B column), so results are bit-for-bit
 independent of the row count. 3/5/6 bits and 2-bit g32 keep the CUDA-core kernel below; ``TENSORFOLD_GEMV_TC=0``
-selects it for every format.
+selects it for every format. ``pipe`` (``plan_tc(pipe=True)`` or ``TENSORFOLD_GEMV_PIPE=1``; off by default
+until measured) is the latency-oriented form: the next iteration's weight words are loaded before the current
+ones are used, a group past a warp's range is scaled by 0 rather than skipped (the iteration is one basic block),
+and the hi and lo mma's of each step feed two chains added once per group.
 
 Launch geometry (CUDA-core qgemv): grid ``(ceil(out / NO), ceil(R / RB), KS)``, block ``TPB`` threads (a multiple of 32,
 chosen so every thread gets whole 16-byte chunks of the row), ``NO = 4`` weight rows per block (``no=`` overrides); every thread
@@ -687,10 +692,16 @@ def _tc_sb_f(S, B, off):
     return np.float32(_ldf(S, off)), np.float32(_ldf(B, off))
 
 
-def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str) -> str:
+def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
+                   pipe: bool = False) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
-    iteration (all their weight loads issued first)."""
+    iteration (all their weight loads issued first).
+
+    ``pipe``: the latency-oriented form. The next iteration's weight words are loaded before the current ones are
+    used (register double buffer), a group past the warp's range is multiplied by 0 instead of skipped (no branch:
+    the whole iteration is one basic block the assembler can schedule), and each k-step's hi and lo mma's feed two
+    separate accumulator chains added once per group (chains of group/16 instead of group/8 dependent mma's)."""
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
@@ -737,25 +748,35 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         for n in range(nt):
             for i in range(4):
                 a(f"    acc{m}_{n}_{i} = np.float32(0.0)")
+    def loads(ind, pre, gexpr):
+        # every weight load of u groups (groups past the warp's range re-read its last group)
+        for uu in range(u):
+            a(f"{ind}wi = min({gexpr} + {uu}, Gl) * {wpg}")
+            for m in range(mt):
+                for hname in ("a", "b"):
+                    v = f"{pre}{hname}{uu}_{m}"
+                    off = f"wo{hname}{m} + wi"
+                    if lw == 1:
+                        a(f"{ind}{v}_0 = _ldf(W, {off})")
+                    elif lw == 2:
+                        a(f"{ind}{v}_0, {v}_1 = _ldf_u32x2(W, {off})")
+                    else:
+                        for q in range(lw // 4):
+                            a(f"{ind}{v}_{4 * q}, {v}_{4 * q + 1}, {v}_{4 * q + 2}, {v}_{4 * q + 3} = "
+                              f"_ldf_u32x4(W, {off} + {4 * q})")
+
+    a("    Gl = max(we - 1, 0)")
+    if pipe:
+        loads("    ", "w", "wb")
     a("    for it in range(nit):")
     I = "        "
     a(f"{I}G0 = wb + it * {u}")
-    a(f"{I}Gl = max(we - 1, 0)")
-    for uu in range(u):  # every weight load of the iteration first (groups past the warp's range re-read its last)
+    for uu in range(u):
         a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
-        a(f"{I}wi{uu} = Gc{uu} * {wpg}")
-        for m in range(mt):
-            for hname in ("a", "b"):
-                v = f"w{hname}{uu}_{m}"
-                off = f"wo{hname}{m} + wi{uu}"
-                if lw == 1:
-                    a(f"{I}{v}_0 = _ldf(W, {off})")
-                elif lw == 2:
-                    a(f"{I}{v}_0, {v}_1 = _ldf_u32x2(W, {off})")
-                else:
-                    for q in range(lw // 4):
-                        a(f"{I}{v}_{4 * q}, {v}_{4 * q + 1}, {v}_{4 * q + 2}, {v}_{4 * q + 3} = "
-                          f"_ldf_u32x4(W, {off} + {4 * q})")
+    if pipe:
+        loads(I, "n", f"G0 + {u}")  # the next iteration's words, in flight while this one computes
+    else:
+        loads(I, "w", "G0")
     bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
     for uu in range(u):
         a(f"{I}col = Gc{uu} * {group}")
@@ -768,9 +789,11 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             sbf = "_tc_sb_bf16" if sk == "bf16" else "_tc_sb_f"
             a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{uu})")
             a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{uu})")
+            zeros = "np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)"
             for n in range(nt):
-                a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + " = np.float32(0.0), np.float32(0.0), "
-                  "np.float32(0.0), np.float32(0.0)")
+                a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + f" = {zeros}")
+                if pipe:
+                    a(f"{I}" + ", ".join(f"e{n}_{i}" for i in range(4)) + f" = {zeros}")
             per_word = {}
             for s_, (j, prs, dec) in enumerate(steps):
                 if j not in per_word:
@@ -783,13 +806,33 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 i0, i1 = (0, 1) if bits == 8 else dec
                 for n in range(nt):
                     dd = ", ".join(f"d{n}_{i}" for i in range(4))
-                    a(f"{I}{dd} = _tc_mma2(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, bh{n}_{s_}_0, "
-                      f"bh{n}_{s_}_1, bl{n}_{s_}_0, bl{n}_{s_}_1, {dd})")
-            a(f"{I}if G0 + {uu} < we:")
-            for n in range(nt):
-                cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
-                dd = ", ".join(f"d{n}_{i}" for i in range(4))
-                a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
+                    ee = ", ".join(f"e{n}_{i}" for i in range(4))
+                    A4 = f"pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}"
+                    if pipe:
+                        a(f"{I}{dd} = mma_bf16({A4}, bh{n}_{s_}_0, bh{n}_{s_}_1, {dd})")
+                        a(f"{I}{ee} = mma_bf16({A4}, bl{n}_{s_}_0, bl{n}_{s_}_1, {ee})")
+                    else:
+                        a(f"{I}{dd} = _tc_mma2({A4}, bh{n}_{s_}_0, bh{n}_{s_}_1, bl{n}_{s_}_0, bl{n}_{s_}_1, {dd})")
+            if pipe:
+                # a group past the warp's range (re-read data) counts 0 times: a select and 4 multiplies, no branch
+                a(f"{I}vf = np.float32(1.0) if G0 + {uu} < we else np.float32(0.0)")
+                a(f"{I}sa, ba, sb, bb = sa * vf, ba * vf, sb * vf, bb * vf")
+                for n in range(nt):
+                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
+                    dd = ", ".join(f"d{n}_{i} + e{n}_{i}" for i in range(4))
+                    a(f"{I}{cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
+            else:
+                a(f"{I}if G0 + {uu} < we:")
+                for n in range(nt):
+                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
+                    dd = ", ".join(f"d{n}_{i}" for i in range(4))
+                    a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
+    if pipe:
+        for uu in range(u):
+            for m in range(mt):
+                for hname in ("a", "b"):
+                    for j in range(lw):
+                        a(f"{I}w{hname}{uu}_{m}_{j} = n{hname}{uu}_{m}_{j}")
     # cross-warp sum in warp order, then store
     if nw > 1:
         for m in range(mt):
@@ -820,20 +863,23 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     return "\n".join(L) + "\n"
 
 
-def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16"):
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk)
+def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
+                  pipe: bool = False):
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe)
     if key not in _KCACHE:
-        name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}"
+        name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk), extra)
+        extra["mma_bf16"] = mma_bf16
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe), extra)
     return _KCACHE[key]
 
 
-def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16"):
-    key = ("tck", bits, group, nt, nw, mt, u, sk)
+def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
+                  pipe: bool = False):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk))
+        _KCACHE[key] = cuda.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe))
     return _KCACHE[key]
 
 
@@ -859,6 +905,7 @@ class GemvPlan:
     tc: bool = False
     mt: int = TC_MT
     u: int = TC_U
+    pipe: bool = False
 
     @property
     def workspace_shape(self):
@@ -870,6 +917,12 @@ def _tc_enabled() -> bool:
     """The tensor-core GEMV is the default; ``TENSORFOLD_GEMV_TC=0`` in the environment selects the CUDA-core
     kernel for every format (a fallback switch)."""
     return os.environ.get("TENSORFOLD_GEMV_TC", "1") != "0"
+
+
+def _tc_pipe_default() -> bool:
+    """The pipelined tensor-core form (``pipe``) is not measured on the GPU yet: off unless
+    ``TENSORFOLD_GEMV_PIPE=1``."""
+    return os.environ.get("TENSORFOLD_GEMV_PIPE", "0") == "1"
 
 
 def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
@@ -889,21 +942,25 @@ def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 25
     return GemvPlan(out, inp, bits, group, 32 * nw, ks)
 
 
-def plan_tc(out: int, inp: int, bits: int, group: int, mt: int = TC_MT, u: int = TC_U) -> GemvPlan:
+def plan_tc(out: int, inp: int, bits: int, group: int, mt: int = TC_MT, u: int = TC_U,
+            pipe: bool | None = None) -> GemvPlan:
     """Tensor-core geometry: ``ceil(out / (16 mt))`` blocks along x; warps per block doubled (up to 8) while the
     grid stays within about one resident wave of warps and every warp keeps at least ``u`` groups; then split-K
     across blocks while there are fewer than 2 blocks per SM."""
     if not _tc_supported(bits, group, inp):
         raise ValueError(f"qgemv tensor-core path: bits={bits} group={group} in={inp} not supported")
+    if pipe is None:
+        pipe = _tc_pipe_default()
+    res = 132 * 12 if pipe else _TC_RESIDENT_WARPS  # the pipelined form holds 140 registers a thread
     ng = inp // group
     nbx = -(-out // (16 * mt))
     nw = 1
-    while nw < _TC_MAX_NW and nbx * nw * 2 <= _TC_RESIDENT_WARPS and ng // (nw * 2) >= u:
+    while nw < _TC_MAX_NW and nbx * nw * 2 <= res and ng // (nw * 2) >= u:
         nw *= 2
     ks = 1
-    while nbx * ks < 264 and nbx * nw * ks * 2 <= _TC_RESIDENT_WARPS and ng // (nw * ks * 2) >= u:
+    while nbx * ks < 264 and nbx * nw * ks * 2 <= res and ng // (nw * ks * 2) >= u:
         ks *= 2
-    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u)
+    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe)
 
 
 def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
@@ -946,7 +1003,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:
         nt = 1 if R <= 8 else 2
-        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S))
+        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1107,6 +1164,10 @@ def _specs():
         if (bits, group) == (8, 64):
             hot.add(f.__name__)
     specs.append((get_tc_pyfunc(4, 64, 1, 4, sk="f32"), _QF))
+    for nt, nw in ((1, 1), (1, 4), (2, 4)):  # the pipelined form (TENSORFOLD_GEMV_PIPE=1)
+        f = get_tc_pyfunc(4, 64, nt, nw, pipe=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
     # the CUDA-core kernel (3/5/6 bits, and every format with TENSORFOLD_GEMV_TC=0)
     for rb, tpb in ((1, 128), (1, 192), (2, 128), (4, 192), (8, 128), (8, 192)):
         f = get_qgemv_pyfunc(4, 64, rb, tpb, "bf16")

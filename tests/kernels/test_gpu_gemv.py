@@ -173,3 +173,22 @@ def test_cuda_core_fallback_still_correct():
     A.launch_qgemv(*(cuda.to_device(a) for a in (P, S, B, x)), y, 4, 64, plan, ws=ws)
     ref, bound = _ref(x, P, S, B, 4, 64)
     _check(y.copy_to_host(), ref, bound)
+
+
+@pytest.mark.parametrize("out,inp", [(12288, 4096), (5120, 17408)])
+def test_qgemv_pipelined_form(out, inp):
+    """The pipelined tensor-core form (``plan_tc(pipe=True)``, default off until measured) at the 9B gate and 27B
+    down shapes: 8 rows against the reference, rows alone == in the 8."""
+    cuda = _cuda()
+    from tensorfold.kernels import affine as A
+
+    P, S, B = _rand_q(out, inp, 4, 64)
+    dev = _Dev(cuda, P, S, B, 4, 64)
+    dev.plan = A.plan_tc(out, inp, 4, 64, pipe=True)
+    x = rng.standard_normal((8, inp)).astype(np.float32)
+    y8 = dev(x)
+    ref, bound = _ref(x, P, S, B, 4, 64)
+    _check(y8, ref, bound)
+    for r in (0, 7):
+        y1 = dev(x[r:r + 1])
+        assert np.array_equal(y1.view(np.uint32), y8[r:r + 1].view(np.uint32))

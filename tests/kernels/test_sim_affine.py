@@ -148,8 +148,8 @@ def test_code_decoders_exact(bits):
 TC_FORMATS = [(b, g) for b in (2, 4, 8) for g in (32, 64, 128) if (b, g) != (2, 32)]
 
 
-def _tc_plan(out, K, bits, group, nw=1, ks=1, mt=1, u=2):
-    return A.GemvPlan(out, K, bits, group, 32 * nw, ks, True, mt, u)
+def _tc_plan(out, K, bits, group, nw=1, ks=1, mt=1, u=2, pipe=False):
+    return A.GemvPlan(out, K, bits, group, 32 * nw, ks, True, mt, u, pipe)
 
 
 def _q(out, K, bits, group, **kw):
@@ -207,3 +207,23 @@ def test_tc_default_geometry_splitk_and_scale_dtypes():
         A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
         ref, bound = _ref(x, P, S, B, bits, group)
         _check(y, ref, bound, tol=1e-5)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 128), (2, 64)])
+def test_tc_pipelined_form(bits, group):
+    """The pipelined form (next iteration's weights prefetched, out-of-range groups scaled by 0 instead of skipped,
+    separate hi / lo chains): against the reference with uneven warp ranges and a partial last iteration, and a row
+    alone == beside others bit for bit."""
+    out, K = 20, 5 * group  # 5 groups over 2 warps: ranges of 3 and 2, u = 2
+    P, S, B = _q(out, K, bits, group)
+    x = rng.standard_normal((10, K)).astype(np.float32)
+    plan = _tc_plan(out, K, bits, group, nw=2, mt=1, u=2, pipe=True)
+    y = np.full((10, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group, plan)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound, tol=1e-5)
+    if bits == 4:
+        for r0, R in ((0, 1), (9, 1), (2, 8)):
+            yr = np.full((R, out), np.nan, np.float32)
+            A.launch_qgemv(P, S, B, x[r0:r0 + R], yr, bits, group, plan)
+            assert np.array_equal(yr.view(np.uint32), y[r0:r0 + R].view(np.uint32)), f"rows {r0}+{R}"
