@@ -12,6 +12,19 @@ For each geometry: writes ``write_synth(geometry, dir, bits=4, group_size=64)`` 
   memory floor (weights once per chunk) and the fp32-FMA floor (2 * params * tokens / 67 TFLOP/s, no tensor cores)
   over the measured time.
 Copy bandwidth is measured in the same run (1 GiB device-to-device, bytes read + written).
+
+``--load-only``: per geometry, synthesise if absent, then time the startup only -- opening the checkpoint, and
+``CudaBackend`` with its split (weights: plan / host read into pinned chunks / waiting for the copies; caches and
+buffers; compiling + capturing the step graphs) -- and print one ``load`` line (``--cold`` first drops the
+checkpoint files from the page cache with posix_fadvise, so the read is from disk):
+
+    python benchmarks/bench_decode.py --geometry 27b --load-only --cold
+
+``--peer``: after our rows, transformers' ``Qwen3_5ForCausalLM`` in bf16 (torch on the GPU; fla's kernels when
+importable, else transformers' torch path) at the same full geometry with random weights: greedy decode of
+``--peer-tokens`` tokens after a 32-token prompt at 1 and 8 streams (batch), tok/s = streams x tokens / (time
+of generate(prompt + N tokens) - time of generate(prompt + 1 token)). It prints a clear line and goes on when
+torch / transformers / a CUDA torch are missing.
 """
 
 from __future__ import annotations
@@ -146,11 +159,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     from tensorfold.runtime.backend import CudaBackend
     from tensorfold.runtime.caches import plan_caches
 
-    d = Path(root) / f"synth-{geom}-4bit-g64"
-    if not (d / "config.json").exists():
-        t = time.perf_counter()
-        write_synth_any(geom, d, bits=4, group_size=64)
-        log(f"[{geom}] wrote synth in {time.perf_counter() - t:.0f} s")
+    d = _synth_dir(geom, root, log)
     ck = load_checkpoint(d)
     c = ck.config
     ctx = max(prompts) + 64
@@ -218,6 +227,132 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     return rows, wbytes
 
 
+def _synth_dir(geom, root, log):
+    d = Path(root) / f"synth-{geom}-4bit-g64"
+    if not (d / "config.json").exists():
+        t = time.perf_counter()
+        write_synth_any(geom, d, bits=4, group_size=64)
+        size = sum(p.stat().st_size for p in d.glob("*.safetensors"))
+        dt = time.perf_counter() - t
+        log(f"[{geom}] wrote synth ({size / 1e9:.2f} GB) in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
+    return d
+
+
+def _drop_page_cache(d, log):
+    """Evict the checkpoint files' pages (fsync, then POSIX_FADV_DONTNEED): the next read comes from disk."""
+    n = 0
+    for p in sorted(Path(d).glob("*.safetensors")):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                n += 1
+            finally:
+                os.close(fd)
+        except (OSError, AttributeError) as e:
+            log(f"  cold: could not drop {p.name} from the page cache ({e})")
+    return n
+
+
+def load_geometry(geom, root, streams, log, cold=False, ctx=4096):
+    """Startup time of ``geom`` (synthesised if absent), split as CudaBackend.timings reports it."""
+    from tensorfold.model.checkpoint import load_checkpoint
+    from tensorfold.runtime.backend import CudaBackend
+
+    d = _synth_dir(geom, root, log)
+    if cold:
+        n = _drop_page_cache(d, log)
+        log(f"[{geom}] cold: {n} checkpoint file(s) dropped from the page cache")
+    t = time.perf_counter()
+    ck = load_checkpoint(d)
+    t_open = time.perf_counter() - t
+    n = max(streams)
+    t = time.perf_counter()
+    be = CudaBackend(ck.tensors, ck.config, parallel=n, context=ctx, kv_cache="bf16", prompt_rows=4096,
+                     model_name=f"synth {geom}", progress=False)
+    total = time.perf_counter() - t + t_open
+    tm = be.timings
+    gb = be.arena.nbytes / 1e9
+    log(f"[{geom}] load: {total:.1f} s total = open {t_open:.2f} s + plan {tm['plan']:.2f} s + weights "
+        f"{tm['weights']:.1f} s ({gb:.2f} GB, {gb / max(tm['weights'], 1e-9):.2f} GB/s; plan "
+        f"{tm['weights_plan']:.2f} s, host read {tm['weights_read']:.1f} s, copy wait {tm['weights_wait']:.1f} s) + "
+        f"caches/buffers {tm['alloc']:.2f} s + graphs (compile + capture, {len(be.graphs.buckets)} buckets) "
+        f"{tm['graphs']:.1f} s{' [cold page cache]' if cold else ''}")
+    be.close()
+    del be
+    return [("load", n, 0.0, total * 1e3, gb, 0.0)]
+
+
+def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda"):
+    """transformers' Qwen3_5ForCausalLM (bf16, random weights, full geometry) greedy decode tok/s; fails soft."""
+    try:
+        import torch
+        import transformers
+        from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
+    except Exception as e:  # noqa: BLE001 -- the peer is optional
+        log(f"[{geom}] peer transformers: not run ({type(e).__name__}: {e})")
+        return []
+    if device == "cuda" and not torch.cuda.is_available():
+        log(f"[{geom}] peer transformers: not run (torch {torch.__version__} sees no CUDA device)")
+        return []
+    cuda_ = device == "cuda"
+
+    def sync():
+        if cuda_:
+            torch.cuda.synchronize()
+    import importlib.util
+
+    fla = importlib.util.find_spec("fla") is not None
+    ccv = importlib.util.find_spec("causal_conv1d") is not None
+    d = _synth_dir(geom, root, log)
+    rows = []
+    model = None
+    try:
+        cfg = transformers.AutoConfig.from_pretrained(d).text_config
+        t = time.perf_counter()
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = mq.Qwen3_5ForCausalLM._from_config(cfg, torch_dtype=torch.bfloat16).eval()
+        sync()
+        log(f"[{geom}] peer transformers {transformers.__version__} / torch {torch.__version__}, bf16, fla kernels "
+            f"{'yes' if fla else 'no (torch path)'}, causal_conv1d {'yes' if ccv else 'no'}: random init "
+            f"{time.perf_counter() - t:.1f} s, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params")
+        V = cfg.vocab_size
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        for n in streams:
+            ids = torch.randint(0, min(V, 240000), (n, prompt), generator=gen).to(device)
+            att = torch.ones_like(ids)
+
+            def run(k):
+                sync()
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=k, min_new_tokens=k,
+                                         do_sample=False, eos_token_id=None, pad_token_id=0, use_cache=True)
+                sync()
+                assert out.shape[1] == prompt + k, f"generate returned {out.shape[1] - prompt} tokens, not {k}"
+                return time.perf_counter() - t0
+
+            run(tokens + 1)  # warm-up (kernel autotuning, allocator)
+            t1 = min(run(1) for _ in range(2))
+            tn = min(run(tokens + 1) for _ in range(2))
+            dt = (tn - t1) / tokens
+            rows.append(("peer decode", n, n / dt, dt * 1e3, None, 0.0))
+            log(f"[{geom}] peer transformers decode {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step "
+                f"(greedy, {tokens} tokens after a {prompt}-token prompt; prompt + first token {t1 * 1e3:.0f} ms)")
+    except Exception as e:  # noqa: BLE001 -- fail soft: the peer must never stop the benchmark
+        log(f"[{geom}] peer transformers: failed ({type(e).__name__}: {str(e)[:300]})")
+    finally:
+        del model
+        try:
+            if cuda_:
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
+    return rows
+
+
 def write_md(a, argv, commit, gpu, bw, test_rc, table, lines):
     md = [f"# decode / prompt throughput, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
           f"- commit `{commit}`, GPU {gpu}, python {platform.python_version()}",
@@ -250,6 +385,12 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; skip geometries once exceeded")
     ap.add_argument("--tests", default=None, help="pytest arguments to run after the first geometry in this process (the GPU tier "
                     "shares the compiled kernels with the benchmark), e.g. '-m gpu tests/runtime -s'")
+    ap.add_argument("--load-only", action="store_true", help="time the startup only (synthesise if absent)")
+    ap.add_argument("--cold", action="store_true", help="with --load-only: drop the checkpoint from the page cache")
+    ap.add_argument("--peer", action="store_true", help="also time transformers' Qwen3_5ForCausalLM (bf16) decode")
+    ap.add_argument("--peer-streams", default="1,8")
+    ap.add_argument("--peer-tokens", type=int, default=20)
+    ap.add_argument("--peer-device", default="cuda", help="torch device of the peer (cpu: a code-path check only)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     test_rc = [None]
@@ -292,10 +433,16 @@ def main(argv=None):
         if time.perf_counter() - t0 > a.budget:
             log(f"[{g}] skipped: time budget of {a.budget:.0f} s spent")
             continue
-        rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log,
-                                     decode_prompt=a.decode_prompt,
-                                     profile=[int(x) for x in a.profile.split(",") if x])
+        if a.load_only:
+            rows = load_geometry(g, a.root, streams, log, cold=a.cold)
+        else:
+            rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log,
+                                         decode_prompt=a.decode_prompt,
+                                         profile=[int(x) for x in a.profile.split(",") if x])
         table += [(g,) + r for r in rows]
+        if a.peer:
+            table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,
+                                                      tokens=a.peer_tokens, device=a.peer_device)]
         write_md(a, argv, commit, gpu, bw, test_rc[0], table, lines)  # after each geometry (a timeout keeps it)
     if a.tests and len(geoms) == 1:
         run_tests()

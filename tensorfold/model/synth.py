@@ -18,7 +18,8 @@ Weights are random but shaped so activations stay finite and informative through
 projections have std 1/sqrt(in); output projections (o_proj, out_proj, down_proj) 1/sqrt(in * 2L) (L = the
 geometry's native depth, so `layers=` truncation leaves tensors unchanged) and the residual stays O(1); the embedding H^-1/4 and an untied head 4/sqrt(H) (logits of a few units); norm multipliers
 1 + N(0, 0.05); conv N(0, 0.5); A_log = log U(1, 16); dt_bias = softplus^-1 of a log-uniform dt in [1e-3, 0.1].
-Quantized matrices are generated directly as codes: random uint32 words are valid packed codes at any bit width;
+Quantized matrices are generated directly as codes: random words are valid packed codes at any bit width (raw SFC64
+output in 1 MB blocks for the real geometries; the tiny ones keep the first, slower generators and their weights);
 each group gets a scale of random sign and magnitude std*sqrt(12/(L(L+2))), L = 2^b - 1 (x U(0.8, 1.2)), and the bias
 -scale*L/2 (x (1 + N(0, 0.05))), so the dequantized weight is zero-mean with the target std.
 Every tensor has its own random stream (seed, tensor name, row block), so a tensor does not depend on which
@@ -81,7 +82,8 @@ _REAL_DEFAULTS = dict(head_dim=256, linear_key_head_dim=128, linear_value_head_d
 _THINKING_DEFAULT_ON = ("4b", "9b", "27b")
 
 SHARD_BYTES = 5_000_000_000
-_BLOCK_BYTES = 32 << 20            # generation block (rows of one tensor) in bytes
+_BLOCK_BYTES = 1 << 20             # generation and write block (rows of one tensor) in bytes: small enough
+                                   # that malloc reuses freed blocks (fresh pages cost more than the numbers)
 _QUANT_BITS = (2, 3, 4, 5, 6, 8)
 _QUANT_GROUPS = (32, 64, 128)
 _DTYPE_BYTES = {"U32": 4, "BF16": 2, "F32": 4}
@@ -231,15 +233,34 @@ def _vector(seed, name, shape, dtype, fn):
 
 
 def _codes(seed, name, shape):
+    """Packed codes: raw 64-bit words of an SFC64 stream per row block (the bulk of a quantized checkpoint; raw
+    words are several times faster than ``Generator.integers`` and any bits are valid codes)."""
+    per = _rows_per_block(shape, 4)
+    row_words = math.prod(shape[1:])
+
+    def make(start, stop):
+        parts = []
+        for b in range(start // per, (stop - 1) // per + 1):
+            lo, hi = b * per, min((b + 1) * per, shape[0])
+            bg = np.random.SFC64([seed, zlib.crc32(name.encode()), zlib.crc32(b"codes"), b])
+            n = (hi - lo) * row_words
+            full = bg.random_raw(-(-n // 2)).view(np.uint32)[:n].reshape((hi - lo, *shape[1:]))
+            parts.append(full[max(start, lo) - lo:min(stop, hi) - lo])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return make
+
+
+def _codes_v1(seed, name, shape):
+    """The first generator (tiny geometries keep it, so the tests' tiny models keep their weights)."""
     def fn(rng, n):
         return rng.integers(0, 1 << 32, size=(n, *shape[1:]), dtype=np.uint32)
     return _blocked(seed, name, "codes", shape, 4, fn)
 
 
-def _scales_biases(seed, module, shape, std, bits):
-    """make functions for scales and biases [out, in/g] (bf16 bits) sharing one per-block scale draw."""
+def _scales_biases_v1(seed, module, shape, std, bits):
+    """The first scale / bias generator (kept for the tiny geometries, see ``_codes_v1``)."""
     levels = (1 << bits) - 1
-    mag = std * math.sqrt(12.0 / (levels * (levels + 2)))   # variance of uniform codes 0..levels: s^2 L(L+2)/12
+    mag = std * math.sqrt(12.0 / (levels * (levels + 2)))
 
     def scales_f32(rng, n):
         s = rng.uniform(0.8 * mag, 1.2 * mag, size=(n, *shape[1:])).astype(np.float32)
@@ -250,7 +271,6 @@ def _scales_biases(seed, module, shape, std, bits):
         return bf16.from_f32(scales_f32(rng, n))
 
     def biases(rng, n):
-        # same stream as the scales (role "scales" below), then the jitter
         s = bf16.to_f32(bf16.from_f32(scales_f32(rng, n)))
         jitter = 1.0 + 0.05 * rng.standard_normal(s.shape, dtype=np.float32)
         return bf16.from_f32(-s * np.float32(levels / 2.0) * jitter)
@@ -268,6 +288,44 @@ def _scales_biases(seed, module, shape, std, bits):
         return make
 
     return blocked(scales), blocked(biases)
+
+
+def _scales_biases(seed, module, shape, std, bits):
+    """make functions for scales and biases [out, in/g] (bf16 bits) from one float32 draw per row block: sign
+    and magnitude U(0.8, 1.2) * mag from one uniform, the bias jitter from a normal. A block is computed once for
+    both tensors (biases are written before scales: the block waits in a cache until the other side took it)."""
+    levels = (1 << bits) - 1
+    mag = std * math.sqrt(12.0 / (levels * (levels + 2)))   # variance of uniform codes 0..levels: s^2 L(L+2)/12
+    per = _rows_per_block(shape, 2)
+    cache: dict = {}
+
+    def block(b, idx):
+        ent = cache.get(b)
+        if ent is None:
+            lo, hi = b * per, min((b + 1) * per, shape[0])
+            rng = _rng(seed, module, "scales", b)
+            u = rng.random((hi - lo, *shape[1:]), dtype=np.float32)
+            m = np.float32(0.8 * mag) + np.float32(0.4 * mag) * (np.float32(2.0) * u % np.float32(1.0))
+            sc = bf16.from_f32(np.where(u < np.float32(0.5), -m, m))
+            jitter = np.float32(1.0) + np.float32(0.05) * rng.standard_normal(sc.shape, dtype=np.float32)
+            bi = bf16.from_f32(-bf16.to_f32(sc) * np.float32(levels / 2.0) * jitter)
+            ent = cache[b] = [sc, bi, set()]
+        ent[2].add(idx)
+        if len(ent[2]) == 2:
+            del cache[b]
+        return ent[idx]
+
+    def maker(idx):
+        def make(start, stop):
+            parts = []
+            for b in range(start // per, (stop - 1) // per + 1):
+                lo = b * per
+                full = block(b, idx)
+                parts.append(full[max(start, lo) - lo:min(stop, lo + full.shape[0]) - lo])
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return make
+
+    return maker(0), maker(1)
 
 
 # ------------------------------------------------------------------------------------------------ plan
@@ -289,6 +347,7 @@ def plan_synth(geometry: str, bits: int | None = 4, group_size: int = 64, seed: 
     key_dim, value_dim = Hk * Dk, Hv * Dv
     conv_dim = 2 * key_dim + value_dim
     mlx = bits is not None
+    tiny = is_tiny(geometry)  # tiny: the first (slower) generators, so the tests' tiny weights never change
     root = "language_model.model." if mlx else "model."
     head = "language_model.lm_head" if mlx else "lm_head"
     out: list[SynthTensor] = []
@@ -298,8 +357,9 @@ def plan_synth(geometry: str, bits: int | None = 4, group_size: int = 64, seed: 
         shape = (n_out, n_in)
         if mlx and n_in % group_size == 0:
             words = n_in * bits // 32
-            s_make, b_make = _scales_biases(seed, module, (n_out, n_in // group_size), std, bits)
-            out.append(SynthTensor(module + ".weight", "U32", (n_out, words), _codes(seed, module, (n_out, words))))
+            sb, codes = (_scales_biases_v1, _codes_v1) if tiny else (_scales_biases, _codes)
+            s_make, b_make = sb(seed, module, (n_out, n_in // group_size), std, bits)
+            out.append(SynthTensor(module + ".weight", "U32", (n_out, words), codes(seed, module, (n_out, words))))
             out.append(SynthTensor(module + ".scales", "BF16", (n_out, n_in // group_size), s_make))
             out.append(SynthTensor(module + ".biases", "BF16", (n_out, n_in // group_size), b_make))
         else:
@@ -378,22 +438,40 @@ def _write_safetensors(path: Path, tensors: list[SynthTensor], metadata: dict[st
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(8 + len(raw)) % 8)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with open(tmp, "wb", buffering=0) as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         if fill == "zeros":
             f.truncate(8 + len(raw) + offset)      # sparse: reads as zeros, costs no disk
         else:
-            for t in tensors:
-                per = _rows_per_block(t.shape, _DTYPE_BYTES[t.dtype])
-                for start in range(0, t.shape[0], per):
-                    stop = min(start + per, t.shape[0])
-                    block = np.ascontiguousarray(t.make(start, stop), dtype=_NP[t.dtype])
-                    expect = (stop - start, *t.shape[1:])
-                    if block.shape != expect:  # pragma: no cover - generator bug guard
-                        raise AssertionError(f"{t.name}: generated {block.shape}, expected {expect}")
-                    f.write(block.astype(block.dtype.newbyteorder("<"), copy=False).tobytes())
+            # generation (numpy, mostly without the GIL) overlaps the writes of a writer thread; blocks go out in
+            # order, whole, without an extra copy; at most two wait (64 MB of memory)
+            from concurrent.futures import ThreadPoolExecutor
+
+            pending = []
+            with ThreadPoolExecutor(1) as pool:
+                for t in tensors:
+                    per = _rows_per_block(t.shape, _DTYPE_BYTES[t.dtype])
+                    for start in range(0, t.shape[0], per):
+                        stop = min(start + per, t.shape[0])
+                        block = np.ascontiguousarray(t.make(start, stop), dtype=_NP[t.dtype])
+                        expect = (stop - start, *t.shape[1:])
+                        if block.shape != expect:  # pragma: no cover - generator bug guard
+                            raise AssertionError(f"{t.name}: generated {block.shape}, expected {expect}")
+                        block = block.astype(block.dtype.newbyteorder("<"), copy=False)
+                        pending.append(pool.submit(_write_all, f, block))
+                        while len(pending) > 2:
+                            pending.pop(0).result()
+                for p in pending:
+                    p.result()
     os.replace(tmp, path)
+
+
+def _write_all(f, block: np.ndarray) -> None:
+    mv = memoryview(block.reshape(-1)).cast("B")
+    while mv:
+        n = f.write(mv)
+        mv = mv[n:]
 
 
 def _write_json(path: Path, data) -> None:

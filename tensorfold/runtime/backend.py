@@ -77,7 +77,9 @@ class CudaBackend(Backend):
                 f"{need['total'] / 2**30:.1f} GiB (weights {need['weights'] / 2**30:.1f}, caches "
                 f"{need['caches'] / 2**30:.1f}, buffers {need['buffers'] / 2**30:.1f}, margin 1.0) but "
                 f"{free / 2**30:.1f} GiB are free; the largest context that fits is {fits} tokens")
+        t1 = time.time()
         self.arena = Arena.upload(tensors, c, progress=progress)
+        t2 = time.time()
         self.caches = Caches(c, self.max_slots, self.context, kv_cache)
         sz = _sizes(c, self.max_slots, self.prompt_rows)
         self.runner = F.Runner(c, self.arena, self.caches, **sz)
@@ -85,8 +87,13 @@ class CudaBackend(Backend):
         self.graphs = DecodeGraphs(self.runner, self.max_slots, stream=self.stream, use_graphs=use_graphs,
                                    valid_vocab=valid_vocab)
         self._lens: dict[int, int] = {}
+        t3 = time.time()
         self.graphs.capture_all()
         self.load_seconds = time.time() - t0
+        # where the startup went: planning, weights (its own plan / read / wait split), caches + buffers, and
+        # compiling + capturing the step graphs
+        self.timings = {"plan": t1 - t0, "weights": t2 - t1, "alloc": t3 - t2, "graphs": time.time() - t3,
+                        "total": self.load_seconds, **{f"weights_{k}": v for k, v in self.arena.timings.items()}}
         self.startup_line = (
             f"tensorfold cuda: {model_name}, weights {self.arena.weight_format} "
             f"({self.arena.nbytes / 2**30:.2f} GiB), kv cache {kv_cache}, capacity {self.max_slots} streams x "
@@ -186,7 +193,8 @@ class CudaBackend(Backend):
 
     def describe(self) -> dict:
         return {"backend": self.name, "kv_cache": self.kv_cache, "weights_device": self.arena.weight_format,
-                "decode_graphs": self.graphs.use_graphs, "load_seconds": self.load_seconds}
+                "decode_graphs": self.graphs.use_graphs, "load_seconds": self.load_seconds,
+                "load_timings": dict(self.timings)}
 
     def close(self) -> None:
         self.graphs.graphs.clear()

@@ -262,6 +262,22 @@ class SampleMeta:
 # ------------------------------------------------------------------------------------------------ buffers
 
 
+def _col_view(base, c0: int, tail: tuple):
+    """A [rows, *tail] view of the columns c0 .. c0 + prod(tail) of the 2-D row-major ``base`` (strided rows, no
+    copy): kernels index it like the contiguous array it replaces, ``[:R]`` and a same-shape ``reshape`` keep it a
+    view."""
+    w = int(np.prod(tail))
+    v = base[:, c0:c0 + w]
+    shape = (base.shape[0],) + tuple(tail)
+    it = np.dtype(base.dtype).itemsize
+    strides = (v.strides[0],) + tuple(int(np.prod(tail[i + 1:])) * it for i in range(len(tail)))
+    if IS_SIM:
+        return type(v)(np.lib.stride_tricks.as_strided(v._ary, shape=shape, strides=strides))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(shape=shape, strides=strides, dtype=base.dtype, gpu_data=v.gpu_data)
+
+
 class Buffers:
     """Activation scratch for up to ``rows`` rows (``log_rows`` rows keep verify/step logs, ``att_rows`` rows
     per attention launch)."""
@@ -285,7 +301,15 @@ class Buffers:
         self.u = d((R, C + Vd + 2 * Hv), f)
         self.y, self.xlog1 = d((R, C), f), d((R, C), f)
         self.o, self.gn = d((R, Hv, Dv), f), d((R, Vd), f)
-        self.qg, self.kk, self.vv = d((R, nH * 2 * hd), f), d((R, nKV * hd), f), d((R, nKV * hd), f)
+        self.qkv_fused = any(k.endswith("self_attn.qkv") for k in arena._lin)
+        if self.qkv_fused:  # one GEMV output [R, q|gate, k, v]; qg, kk, vv are [R, heads, width] column views of it
+            Q, K = nH * 2 * hd, nKV * hd
+            self.qkv = d((R, Q + 2 * K), f)
+            self.qg = _col_view(self.qkv, 0, (nH, 2 * hd))
+            self.kk = _col_view(self.qkv, Q, (nKV, hd))
+            self.vv = _col_view(self.qkv, Q + K, (nKV, hd))
+        else:
+            self.qg, self.kk, self.vv = d((R, nH * 2 * hd), f), d((R, nKV * hd), f), d((R, nKV * hd), f)
         self.q, self.att = d((R, nH, hd), f), d((R, nH, hd), f)
         self.gu, self.mi = d((R, 2 * I), f), d((R, I), f)
         self.logits = d((out_rows, V), f)
@@ -440,9 +464,12 @@ class Runner:
         pre = f"layers.{l}.self_attn."
         prompt = mode == "prompt"
         nH, nKV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        self._linear(pre + "q_proj", B.x, B.qg, R, prompt, stream)
-        self._linear(pre + "k_proj", B.x, B.kk, R, prompt, stream)
-        self._linear(pre + "v_proj", B.x, B.vv, R, prompt, stream)
+        if B.qkv_fused:  # one GEMV; B.qg / B.kk / B.vv are [R, heads, width] views of its column blocks
+            self._linear(pre + "qkv", B.x, B.qkv, R, prompt, stream)
+        else:
+            self._linear(pre + "q_proj", B.x, B.qg, R, prompt, stream)
+            self._linear(pre + "k_proj", B.x, B.kk, R, prompt, stream)
+            self._linear(pre + "v_proj", B.x, B.vv, R, prompt, stream)
         qg = B.qg[:R].reshape((R, nH, 2 * hd))
         ks, vs = cc.scale_layer(fl)
         kv8.launch_qk_norm_rope_store(qg, B.kk[:R].reshape((R, nKV, hd)), B.vv[:R].reshape((R, nKV, hd)),
@@ -466,10 +493,12 @@ class Runner:
 
     def launch(self, R: int, S: int, n_out: int, mode: str, *, batch: Batch | None = None, argmax: bool = False,
                valid_vocab: int | None = None, sample: "SampleMeta | None" = None, meta: "Meta | None" = None,
-               stream=0) -> None:
+               all_rows: bool = False, stream=0) -> None:
         """Issue the forward of the rows in ``meta`` (default ``self.meta``; R rows, S segments; logits of
         ``sel[:n_out]``), then optionally the argmax or the sampler (``sample``: its rows' knobs) into
-        ``buf.tok``. Launches only. ``batch`` (eager only) lets prompt launches size their grids to the batch."""
+        ``buf.tok``. Launches only. ``batch`` (eager only) lets prompt launches size their grids to the batch.
+        ``all_rows``: the caller promises ``sel[:n_out]`` is 0 .. n_out - 1 (steps, windows, trees), so the head
+        reads the normed rows in place and the gather launch is skipped."""
         self._m = m = meta or self.meta
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
@@ -492,8 +521,11 @@ class Runner:
             compact.launch_conv_commit(self.caches.conv, B.xlog, m.view("parent", R), m.view("seg_slot", S),
                                        m.view("seg_leaf", S), stream=stream, **_SIM_B1)
         if n_out:
-            glue.launch_gather(B.x, m.view("sel", n_out), B.xs[:n_out], stream=stream)
-            self._linear(self.head, B.xs, B.logits, n_out, False, stream)
+            if all_rows and n_out <= R:
+                self._linear(self.head, B.x, B.logits, n_out, False, stream)
+            else:
+                glue.launch_gather(B.x, m.view("sel", n_out), B.xs[:n_out], stream=stream)
+                self._linear(self.head, B.xs, B.logits, n_out, False, stream)
             if sample is not None:
                 sample.launch(B.logits[:n_out], B.tok[:n_out], valid_vocab or c.vocab_size, stream=stream)
             elif argmax:
@@ -518,8 +550,9 @@ class Runner:
         n_out = len(batch.sel) if (logits or argmax) else 0
         if n_out > self.buf.out_rows:
             raise ValueError(f"forward: {n_out} logits rows exceed the {self.buf.out_rows} output rows")
+        ident = n_out == batch.R and np.array_equal(batch.sel[:n_out], np.arange(n_out))
         self.launch(batch.R, batch.S, n_out, batch.mode, batch=batch, argmax=argmax, valid_vocab=valid_vocab,
-                    sample=sample, stream=stream)
+                    sample=sample, all_rows=bool(ident), stream=stream)
         out_l = out_t = None
         if logits and n_out:
             out_l = self.buf.logits[:n_out].copy_to_host(stream=stream)

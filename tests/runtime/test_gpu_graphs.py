@@ -1,0 +1,114 @@
+"""GPU tier for the window / tree CUDA graphs (``runtime.graphs.DecodeGraphs.forward``) at Qwen3.5-2B geometry
+(synth 4-bit g64 weights, small context): ``pytest -m gpu tests/runtime/test_gpu_graphs.py -s``.
+
+Oracle: the runner's eager, unpadded forward of the same batch on another slot holding the same prompt. Checked
+bit for bit: a committed window (mode step) replayed from its graph for 1 stream (bucket 1 x 8, three padding
+rows) and for 3 streams of different window lengths and context lengths (bucket 4 x 16), logits and the caches
+afterwards; a tree verify replayed with greedy device sampling (ids = argmax), then committed, against the eager
+tree + commit; and a second replay of each captured graph (new tokens) against eager again. The graphs must
+really be captured (``use_graphs`` stays on, no capture error).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM", "1") != "0":
+    pytest.skip("GPU tier: set NUMBA_ENABLE_CUDASIM=0 on a machine with a GPU", allow_module_level=True)
+
+from tests.runtime.test_gpu_runtime import _ids, _synth  # noqa: E402
+
+
+def _caches_equal(run, a, b, n):
+    cc = run.caches
+    rec, conv = cc.rec.copy_to_host(), cc.conv.copy_to_host()
+    k, v = cc.k.copy_to_host(), cc.v.copy_to_host()
+    assert np.array_equal(rec[:, a], rec[:, b]), "recurrent state differs"
+    assert np.array_equal(conv[:, a], conv[:, b]), "conv tails differ"
+    assert np.array_equal(k[:, a, :n], k[:, b, :n]) and np.array_equal(v[:, a, :n], v[:, b, :n]), "K/V differ"
+
+
+@pytest.fixture(scope="module")
+def run2b():
+    from tensorfold.runtime.arena import Arena
+    from tensorfold.runtime.caches import Caches
+    from tensorfold.runtime.forward import Runner
+
+    ck = _synth("2b")
+    arena = Arena.upload(ck.tensors, ck.config, progress=False)
+    cc = Caches(ck.config, 8, 512, "bf16")
+    for s in range(8):
+        cc.reset(s)
+    return Runner(ck.config, arena, cc, rows=64, log_rows=64, prompt_rows=256, att_rows=64)
+
+
+def test_window_graph_replay_equals_eager(run2b):
+    from tensorfold.runtime import forward as F
+    from tensorfold.runtime.graphs import DecodeGraphs
+
+    run = run2b
+    rng = np.random.default_rng(31)
+    dg = DecodeGraphs(run, 4)
+    assert dg.use_graphs
+    Ps = [_ids(rng, n) for n in (40, 9, 123)]
+    # slot pairs (graph, eager) hold the same prompts: (0, 4) P0, (1, 5) P1, (2, 6) P2
+    for s in range(3):
+        run.forward(F.prompt_batch([(s, Ps[s], 0), (s + 4, Ps[s], 0)]), logits=False)
+    lens = [len(p) for p in Ps]
+    for rep in range(2):  # first call captures, second replays the captured graph with new inputs
+        # one stream, 5 rows (bucket 1 x 8)
+        w = _ids(rng, 5)
+        lg, _ = dg.forward(F.window_batch([(0, w, lens[0])]))
+        le, _ = run.forward(F.window_batch([(4, w, lens[0])]))
+        assert dg.use_graphs and ("step", 1, 8, False) in dg.wgraphs, dg.capture_error
+        assert np.array_equal(lg, le), f"rep {rep}: 1-stream window graph != eager"
+        lens[0] += len(w)
+        _caches_equal(run, 0, 4, lens[0])
+        # three streams, windows of 16, 3 and 11 rows (bucket 4 x 16), different context lengths
+        ws = [_ids(rng, n) for n in (16, 3, 11)]
+        lg, _ = dg.forward(F.window_batch([(s, ws[s], lens[s]) for s in range(3)]))
+        le, _ = run.forward(F.window_batch([(s + 4, ws[s], lens[s]) for s in range(3)]))
+        assert ("step", 4, 16, False) in dg.wgraphs
+        assert np.array_equal(lg, le), f"rep {rep}: 3-stream window graph != eager"
+        for s in range(3):
+            lens[s] += len(ws[s])
+            _caches_equal(run, s, s + 4, lens[s])
+    print(f"\nwindow graphs (1 x 8, 4 x 16) replayed twice == eager windows, logits and caches bit for bit")
+    assert dg.capture_error is None
+
+
+def test_tree_graph_replay_equals_eager(run2b):
+    from tensorfold.engine.backend import SampleRow
+    from tensorfold.runtime import forward as F
+    from tensorfold.runtime.graphs import DecodeGraphs
+
+    run = run2b
+    rng = np.random.default_rng(32)
+    dg = DecodeGraphs(run, 4)
+    for s in range(8):
+        run.caches.reset(s)
+    P = _ids(rng, 57)
+    T = len(P)
+    run.forward(F.prompt_batch([(3, P, 0), (7, P, 0)]), logits=False)
+    V = run.c.vocab_size
+    for rep in range(2):
+        ids = _ids(rng, 6)
+        par = [-1, 0, 0, 2, 2, 4]
+        gb = F.tree_batch([(3, ids, par, T)])
+        rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, T + 1, V)] * 6
+        lg, tg = dg.forward(gb, rows)
+        assert ("verify", 1, 8, True) in dg.wgraphs, dg.capture_error
+        assert [int(t) for t in tg] == [int(np.argmax(r)) for r in lg]
+        assert dg.commit(gb, [5]) == [4]  # keeps 0 -> 2 -> 4 -> 5
+        eb = F.tree_batch([(7, ids, par, T)])
+        le, _ = run.forward(eb)
+        assert run.commit(eb, [5]) == [4]
+        assert np.array_equal(lg, le), f"rep {rep}: tree graph != eager tree"
+        T += 4
+        _caches_equal(run, 3, 7, T)
+    print("\ntree verify graph (1 x 8, sampled) replayed twice + commit == eager tree + commit, bit for bit")
