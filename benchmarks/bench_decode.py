@@ -312,12 +312,19 @@ def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda")
         cfg = transformers.AutoConfig.from_pretrained(d).text_config
         t = time.perf_counter()
         torch.manual_seed(0)
-        with torch.device(device):
-            model = mq.Qwen3_5ForCausalLM._from_config(cfg, torch_dtype=torch.bfloat16).eval()
+        prev = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)  # build in bf16 directly (a 27B model in fp32 would not fit)
+        try:
+            with torch.device(device):
+                model = mq.Qwen3_5ForCausalLM(cfg).eval()
+        finally:
+            torch.set_default_dtype(prev)
         sync()
+        dts = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
         log(f"[{geom}] peer transformers {transformers.__version__} / torch {torch.__version__}, bf16, fla kernels "
             f"{'yes' if fla else 'no (torch path)'}, causal_conv1d {'yes' if ccv else 'no'}: random init "
-            f"{time.perf_counter() - t:.1f} s, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params")
+            f"{time.perf_counter() - t:.1f} s, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params "
+            f"({'/'.join(dts)})")
         V = cfg.vocab_size
         gen = torch.Generator(device="cpu").manual_seed(0)
         for n in streams:
