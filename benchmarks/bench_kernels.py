@@ -62,6 +62,7 @@ class Case:
     n_in_graph: int = 0
     notes: str = ""
     result: dict = field(default_factory=dict)
+    tag: dict = field(default_factory=dict)  # copied into the row (the GEMV variant table reads it)
 
 
 def _selected(only: str, name: str) -> bool:
@@ -246,7 +247,7 @@ def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=
     if no is not None:
         label = f"{label} cuda-core NO={no}"
     elif plan.tc:
-        label = f"{label} tc mt={plan.mt} u={plan.u}"
+        label = f"{label} tc [{plan.variant}] mt={plan.mt} u={plan.u}"
     else:
         label = f"{label} cuda-core"
     geo = f"tpb {plan.tpb}, ks {plan.ks}"
@@ -255,22 +256,65 @@ def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=
                 peer=torch_matmul_peer(ctx, R, out, inp) if peer else None)
 
 
+GEMV_VSHAPES = [  # (model, label, out, in): the variant table's shapes (4-bit g64)
+    ("9B", "gate", 12288, 4096), ("9B", "down", 4096, 12288), ("27B", "gate", 17408, 5120),
+    ("27B", "down", 5120, 17408), ("2B", "head", 248320, 2048),
+]
+
+
 @register("affine")
 def _affine_cases(ctx):
-    """Decode GEMVs: the tensor-core kernel (default plan) at 1 and 8 rows for the 9B / 27B MLP and head shapes and
-    the 2B head, 16 rows once, 8-bit and 2-bit, a few tile variants, and the CUDA-core kernel once as the in-run
-    baseline (the R=8 / R=1 ratio is in the results file)."""
+    """Decode GEMV variants: every tensor-core plan variant (``affine.TC_VARIANTS``) at 1 and 8 rows and the
+    CUDA-core kernel (NO=8) at 1 row, for the 9B gate / down, 27B gate / down and the 2B head (4-bit g64). One set
+    of rotated weight copies per shape, shared by its cases. ``main`` prints the compact table and the fastest
+    variant per shape at 1 row. (The other decode rows, dense, 8/2-bit, heads and qgemm are the ``qextra`` group.)"""
+    from tensorfold.kernels import affine as A
+
+    cuda = ctx["cuda"]
+    cases = []
+    for model, label, out, inp in GEMV_VSHAPES:
+        bits, group = 4, 64
+        wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
+        mats = []
+        for _ in range(_copies(wbytes)):
+            P, _p = ctx["rand_u32"]((out, inp * bits // 32))
+            S, _s = ctx["rand_bf16"]((out, inp // group))
+            B, _b = ctx["rand_bf16"]((out, inp // group))
+            mats.append((P, S, B, _p, _s, _b))
+        xs = {R: ctx["rand_f32"]((R, inp)) for R in (1, 8)}
+        y8 = cuda.device_array((8, out), dtype="float32")
+        ys = {1: y8[:1], 8: y8}
+        plans = [(v, A.plan_tc(out, inp, bits, group, variant=v)) for v in A.TC_VARIANTS]
+        plans.append(("cuda-core", A._plan_cuda_core(out, inp, bits, group)))
+        for v, plan in plans:
+            ws = cuda.device_array((plan.ks, 8, out), dtype="float32") if plan.ks > 1 else None
+            for R in ((1,) if v == "cuda-core" else (1, 8)):
+                x, _x = xs[R]
+                no = 8 if v == "cuda-core" else None
+
+                def mk(m, x=x, keep=_x, y=ys[R], plan=plan, ws=ws, no=no):
+                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, plan, ws=ws, stream=s, no=no)
+
+                geo = (f"NO=8 tpb {plan.tpb} ks {plan.ks}" if no else
+                       f"mt {plan.mt} u {plan.u} d {plan.depth if plan.pipe else 0} warps {plan.tpb // 32} ks {plan.ks}")
+                cases.append(Case(name=f"qgemv 4b g64 {label} [{v}]", model=model,
+                                  shape=f"R={R} {out}x{inp} ({geo})",
+                                  nbytes=wbytes + R * inp * 4 + R * out * 4, flops=2 * R * out * inp,
+                                  launches=[mk(m) for m in mats],
+                                  tag={"gemv_shape": f"{model} {label} {out}x{inp}", "variant": v, "R": R}))
+    return cases
+
+
+@register("qextra")
+def _qextra_cases(ctx):
+    """The other decode / prompt rows of the earlier affine group: 9B / 27B heads, 16 rows, tall-skinny, 8-bit and
+    2-bit, tile shapes, the CUDA-core kernel at 8 rows, dense bf16 GEMV and the prompt GEMM."""
     from tensorfold.kernels import affine as A
 
     cases = []
-    H2, I2, V = SHAPES["2B"]
-    for R in (1, 8):
-        cases.append(_qgemv_case(ctx, "2B", "head", V, H2, R, peer=False))
     for model in ("9B", "27B"):
         H, I, V = SHAPES[model]
         for R in (1, 8):
-            cases.append(_qgemv_case(ctx, model, "gate/up", I, H, R, peer=(R == 1)))
-            cases.append(_qgemv_case(ctx, model, "down", H, I, R, peer=False))
             cases.append(_qgemv_case(ctx, model, "head", V, H, R, peer=False))
     cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 16, peer=False))
     cases.append(_qgemv_case(ctx, "-", "tall-skinny", 2048, 12288, 1, peer=False))
@@ -281,17 +325,7 @@ def _affine_cases(ctx):
         for R in rows:
             p = A.plan_tc(12288, 4096, 4, 64, mt=mt, u=u)
             cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, R, peer=False, plan=p))
-    # the pipelined tensor-core form (prefetched weights, branch-free tail, split hi/lo chains; not the default
-    # until measured): the shapes of the default rows above
-    pipe_shapes = [("9B", "gate/up", 12288, 4096, (1, 8)), ("9B", "down", 4096, 12288, (1, 8)),
-                   ("27B", "gate/up", 17408, 5120, (1, 8)), ("27B", "down", 5120, 17408, (1,)),
-                   ("2B", "head", 248320, 2048, (1, 8)), ("9B", "head", 248320, 4096, (1,))]
-    for model, label, out, inp, rows in pipe_shapes:
-        p = A.plan_tc(out, inp, 4, 64, pipe=True)
-        for R in rows:
-            cases.append(_qgemv_case(ctx, model, label + " pipe", out, inp, R, peer=False, plan=p))
-    for R in (1, 8):  # the CUDA-core kernel, same run
-        cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, R, no=8 if R == 1 else 4, peer=False))
+    cases.append(_qgemv_case(ctx, "9B", "gate/up", 12288, 4096, 8, no=4, peer=False))  # the CUDA-core kernel
     # dense bf16 gemv
     from tensorfold.kernels import affine as A
 
@@ -424,6 +458,8 @@ def main(argv=None):
             continue
         for c in cases:
             r = {"group": gname, "name": c.name, "model": c.model, "shape": c.shape, "bytes": int(c.nbytes)}
+            if c.tag:
+                r["tag"] = dict(c.tag)
             try:
                 sec, how = time_case(c, ctx)
                 r.update(us=sec * 1e6, gbs=c.nbytes / sec / 1e9, pct_copy=100 * c.nbytes / sec / 1e9 / bw, timing=how)
@@ -475,6 +511,9 @@ def main(argv=None):
                     r["error"] = str(d.get("error", "no time"))
                 rows.append(r)
                 print(_fmt_row(r), flush=True)
+    vtable = _gemv_variant_table(rows)
+    if vtable:
+        print("\n".join(vtable), flush=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     cmd = "NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py " + " ".join(argv or sys.argv[1:])
     meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd}
@@ -489,7 +528,43 @@ def main(argv=None):
         f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             f.write("| " + " | ".join(_cells(r)) + " |\n")
+        if vtable:
+            f.write("\n## Decode GEMV variants (us per launch, R=1 / R=8; % of copy at R=1)\n\n" + "\n".join(vtable) + "\n")
     print(f"wrote {args.out}/kernels_{date}.md")
+
+
+def _gemv_variant_table(rows):
+    """Markdown lines: one row per GEMV shape, one column per variant (``R=1 / R=8`` us, % of copy at R=1), then a
+    line naming the fastest variant per shape at 1 row."""
+    tagged = [r for r in rows if r.get("tag") and "us" in r]
+    if not tagged:
+        return []
+    shapes, variants, cell = [], [], {}
+    for r in tagged:
+        t = r["tag"]
+        if t["gemv_shape"] not in shapes:
+            shapes.append(t["gemv_shape"])
+        if t["variant"] not in variants:
+            variants.append(t["variant"])
+        cell[(t["gemv_shape"], t["variant"], t["R"])] = r
+    out = ["| shape | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
+    best = []
+    for sh in shapes:
+        cs = []
+        for v in variants:
+            r1, r8 = cell.get((sh, v, 1)), cell.get((sh, v, 8))
+            c = f"{r1['us']:.1f}" if r1 else "-"
+            c += f" / {r8['us']:.1f}" if r8 else ""
+            c += f" ({r1['pct_copy']:.0f} %)" if r1 else ""
+            cs.append(c)
+        out.append(f"| {sh} | " + " | ".join(cs) + " |")
+        ones = [(cell[(sh, v, 1)]["us"], v) for v in variants if (sh, v, 1) in cell]
+        if ones:
+            us, v = min(ones)
+            best.append(f"{sh}: {v} {us:.1f} us ({cell[(sh, v, 1)]['pct_copy']:.0f} %)")
+    out.append("")
+    out.append("FASTEST AT 1 ROW: " + "; ".join(best))
+    return out
 
 
 def _cells(r):

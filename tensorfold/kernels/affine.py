@@ -60,6 +60,17 @@ until measured) is the latency-oriented form: the next iteration's weight words 
 ones are used, a group past a warp's range is scaled by 0 rather than skipped (the iteration is one basic block),
 and the hi and lo mma's of each step feed two chains added once per group.
 
+Latency variants (``TC_VARIANTS``, ``plan_tc(variant=...)``; ``TENSORFOLD_GEMV_VARIANT=<name>`` selects one for every
+tensor-core plan of a run; none measured on a GPU yet, the default stays ``default`` until the benchmark picks):
+``w16`` / ``w16d2`` / ``w16d3`` put up to 16 warps in a block on one 16-row tile, each warp owning a short
+contiguous run of groups (9B gate: 768 blocks x 16 warps x 4 groups), pipelined with the words 1 / 2 / 3 iterations
+ahead (``depth``; 2 / 2 / 1 groups an iteration); ``sk`` / ``skd2`` split K across blocks (grid.z, workspace and the
+fixed-order ``_splitk_reduce``) until about 8 blocks per SM. With several warps the block's C entries are summed in
+warp order by warp ``entry % nw`` (same bits as one warp summing them all). 16-warp kernels assemble to 80-106
+registers for 4-bit g64 (<= 128, the limit at 512 threads; the GPU build adds ``launch_bounds`` for blocks over
+256 threads so another format spills rather than fails to launch). Every variant's geometry depends only on (out,
+in, bits, group).
+
 Launch geometry (CUDA-core qgemv): grid ``(ceil(out / NO), ceil(R / RB), KS)``, block ``TPB`` threads (a multiple of 32,
 chosen so every thread gets whole 16-byte chunks of the row), ``NO = 4`` weight rows per block (``no=`` overrides); every thread
 strides over the row's 16-byte chunks (coalesced 512 bytes per warp-load), keeps ``NO * RB`` accumulators in
@@ -450,7 +461,7 @@ _splitk_reduce = cuda.jit(_splitk_reduce_py)
 TC_BITS = (2, 4, 8)
 TC_MT = 2   # 16-row tiles per warp (default plan)
 TC_U = 4    # groups per loop iteration (default plan)
-_TC_MAX_NW = 8
+_TC_MAX_NW = 8  # warps per block of the "resident" rule (TC_VARIANTS["default"]["max_nw"])
 _TC_RESIDENT_WARPS = 132 * 18  # about one resident wave of warps on the H200 at 112 registers per thread
 
 
@@ -693,7 +704,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False) -> str:
+                   pipe: bool = False, depth: int = 1) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -701,7 +712,14 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     ``pipe``: the latency-oriented form. The next iteration's weight words are loaded before the current ones are
     used (register double buffer), a group past the warp's range is multiplied by 0 instead of skipped (no branch:
     the whole iteration is one basic block the assembler can schedule), and each k-step's hi and lo mma's feed two
-    separate accumulator chains added once per group (chains of group/16 instead of group/8 dependent mma's)."""
+    separate accumulator chains added once per group (chains of group/16 instead of group/8 dependent mma's).
+    ``depth`` (pipe only): how many iterations ahead the weight words are loaded (register ring ``w``, ``p1`` ..
+    ``p{depth}``; ``u * mt * 2 * LW * (depth + 1)`` words a lane), for small ``u`` with deeper prefetch.
+
+    With ``nw > 1`` the warps' partial tiles go through shared memory and each of the ``4 * mt * nt`` C entries is
+    summed (warps 0, 1, .., nw-1 in that order) and stored by warp ``entry % nw``: the same bits as one warp doing
+    every sum, with the epilogue spread over the block's warps."""
+    assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
@@ -768,13 +786,15 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    Gl = max(we - 1, 0)")
     if pipe:
         loads("    ", "w", "wb")
+        for k in range(1, depth):
+            loads("    ", f"p{k}_", f"wb + {k * u}")
     a("    for it in range(nit):")
     I = "        "
     a(f"{I}G0 = wb + it * {u}")
     for uu in range(u):
         a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
     if pipe:
-        loads(I, "n", f"G0 + {u}")  # the next iteration's words, in flight while this one computes
+        loads(I, f"p{depth}_", f"G0 + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
     else:
         loads(I, "w", "G0")
     bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
@@ -828,58 +848,65 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     dd = ", ".join(f"d{n}_{i}" for i in range(4))
                     a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
     if pipe:
-        for uu in range(u):
-            for m in range(mt):
-                for hname in ("a", "b"):
-                    for j in range(lw):
-                        a(f"{I}w{hname}{uu}_{m}_{j} = n{hname}{uu}_{m}_{j}")
-    # cross-warp sum in warp order, then store
+        ring = ["w"] + [f"p{k}_" for k in range(1, depth + 1)]
+        for dst, src in zip(ring[:-1], ring[1:]):
+            for uu in range(u):
+                for m in range(mt):
+                    for hname in ("a", "b"):
+                        for j in range(lw):
+                            a(f"{I}{dst}{hname}{uu}_{m}_{j} = {src}{hname}{uu}_{m}_{j}")
+    # cross-warp sum in warp order (entry k summed and stored by warp k % nw), then store
+    def store(J, m, n, i, v):
+        o = f"o0 + {16 * m + (8 if i >= 2 else 0)} + g"
+        r = f"r0 + {8 * n + (i & 1)} + 2 * t"
+        a(f"{J}if {o} < out and {r} < R:")
+        a(f"{J}    y[kz, {r}, {o}] = {v}")
+
     if nw > 1:
         for m in range(mt):
             for n in range(nt):
                 for i in range(4):
                     a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
         a("    cuda.syncthreads()")
-        a("    if warp == 0:")
-        J = "        "
         for m in range(mt):
             for n in range(nt):
                 for i in range(4):
                     k = (m * nt + n) * 4 + i
-                    a(f"{J}tot = red[0, {k}, lane]")
+                    a(f"    if warp == {k % nw}:")
+                    a(f"        tot = red[0, {k}, lane]")
                     for w in range(1, nw):
-                        a(f"{J}tot += red[{w}, {k}, lane]")
-                    a(f"{J}acc{m}_{n}_{i} = tot")
+                        a(f"        tot += red[{w}, {k}, lane]")
+                    store("        ", m, n, i, "tot")
     else:
-        a("    if True:")
-        J = "        "
-    for m in range(mt):
-        for n in range(nt):
-            for i in range(4):
-                o = f"o0 + {16 * m + (8 if i >= 2 else 0)} + g"
-                r = f"r0 + {8 * n + (i & 1)} + 2 * t"
-                a(f"{J}if {o} < out and {r} < R:")
-                a(f"{J}    y[kz, {r}, {o}] = acc{m}_{n}_{i}")
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    store("    ", m, n, i, f"acc{m}_{n}_{i}")
     return "\n".join(L) + "\n"
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False):
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe)
+                  pipe: bool = False, depth: int = 1):
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
+        if depth > 1:
+            name += f"d{depth}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe), extra)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe)
+                  pipe: bool = False, depth: int = 1):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe))
+        # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
+        # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
+        kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
+        _KCACHE[key] = cuda.jit(**kw)(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth))
     return _KCACHE[key]
 
 
@@ -894,7 +921,9 @@ class GemvPlan:
 
     ``tpb`` threads per block (for the tensor-core kernel: ``tpb // 32`` warps splitting the block's groups),
     ``ks`` split-K factor across blocks (workspace ``[ks, R, out]``), ``tc`` whether the tensor-core kernel runs,
-    ``mt`` 16-row tiles per warp and ``u`` groups per loop iteration (tensor-core kernel only)."""
+    ``mt`` 16-row tiles per warp and ``u`` groups per loop iteration (tensor-core kernel only), ``pipe`` the
+    pipelined form, ``depth`` its prefetch distance in iterations, ``variant`` the ``TC_VARIANTS`` name it came from
+    (a label for benchmarks; the launch reads only the geometry fields)."""
 
     out: int
     inp: int
@@ -906,6 +935,8 @@ class GemvPlan:
     mt: int = TC_MT
     u: int = TC_U
     pipe: bool = False
+    depth: int = 1
+    variant: str = ""
 
     @property
     def workspace_shape(self):
@@ -920,9 +951,45 @@ def _tc_enabled() -> bool:
 
 
 def _tc_pipe_default() -> bool:
-    """The pipelined tensor-core form (``pipe``) is not measured on the GPU yet: off unless
-    ``TENSORFOLD_GEMV_PIPE=1``."""
+    """``TENSORFOLD_GEMV_PIPE=1``: the older switch for the ``pipe`` variant (kept; same as
+    ``TENSORFOLD_GEMV_VARIANT=pipe``)."""
     return os.environ.get("TENSORFOLD_GEMV_PIPE", "0") == "1"
+
+
+# Tensor-core plan variants (latency-cutting alternatives, none measured on the GPU yet; the default stays the
+# measured form until the benchmark picks one). ``TENSORFOLD_GEMV_VARIANT=<name>`` selects one for every
+# tensor-core plan of a run (``plan_qgemv``). Keys: mt, u, pipe, depth; ``max_nw`` warps per block at most;
+# ``nw_rule`` "resident" (double warps while the grid stays within about one resident wave, the measured rule) or
+# "groups" (double warps while every warp keeps at least ``u`` groups and the grid has fewer than ``max_warps``
+# warps: short K chains per warp, many warps; the heads already have thousands of blocks and stay narrow);
+# ``ks_blocks``: split K across blocks (grid.z, workspace + fixed-order reduce) while fewer blocks than this.
+TC_VARIANTS = {
+    # measured default (0896dd7): 2 row tiles x 4 groups an iteration, up to 8 warps, split-K only when < 2 blocks/SM
+    "default": dict(mt=2, u=4, pipe=False, depth=1, max_nw=8, nw_rule="resident", ks_blocks=264),
+    # 814170e: the same tiles, next iteration's words prefetched, branch-free tail, split hi/lo chains
+    "pipe": dict(mt=2, u=4, pipe=True, depth=1, max_nw=8, nw_rule="resident", ks_blocks=264),
+    # up to 16 warps a block splitting K (one 16-row tile a warp: 2 tiles x 16 warps would need > 128 registers, the
+    # limit for 512 threads), 2 groups an iteration, prefetch 1 ahead (9B gate: 768 blocks x 16 warps x 4 groups)
+    "w16": dict(mt=1, u=2, pipe=True, depth=1, max_nw=16, nw_rule="groups", max_warps=16896, ks_blocks=0),
+    # the same with the words 2 iterations ahead
+    "w16d2": dict(mt=1, u=2, pipe=True, depth=2, max_nw=16, nw_rule="groups", max_warps=16896, ks_blocks=0),
+    # one group an iteration, words 3 groups ahead (the shortest chain per step, small register ring)
+    "w16d3": dict(mt=1, u=1, pipe=True, depth=3, max_nw=16, nw_rule="groups", max_warps=16896, ks_blocks=0),
+    # 4 warps a block, K split across blocks until >= 8 blocks per SM (every SM many independent short chains;
+    # costs the workspace reduce launch)
+    "sk": dict(mt=2, u=2, pipe=True, depth=1, max_nw=4, nw_rule="groups", max_warps=8448, ks_blocks=1056),
+    # 8 warps x split-K across blocks, one tile, one group an iteration, 2 groups ahead
+    "skd2": dict(mt=1, u=1, pipe=True, depth=2, max_nw=8, nw_rule="groups", max_warps=16896, ks_blocks=1056),
+}
+
+
+def _tc_variant_default() -> str:
+    v = os.environ.get("TENSORFOLD_GEMV_VARIANT", "")
+    if v:
+        if v not in TC_VARIANTS:
+            raise ValueError(f"TENSORFOLD_GEMV_VARIANT={v!r}: want one of {sorted(TC_VARIANTS)}")
+        return v
+    return "pipe" if _tc_pipe_default() else "default"
 
 
 def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
@@ -942,25 +1009,39 @@ def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 25
     return GemvPlan(out, inp, bits, group, 32 * nw, ks)
 
 
-def plan_tc(out: int, inp: int, bits: int, group: int, mt: int = TC_MT, u: int = TC_U,
-            pipe: bool | None = None) -> GemvPlan:
-    """Tensor-core geometry: ``ceil(out / (16 mt))`` blocks along x; warps per block doubled (up to 8) while the
-    grid stays within about one resident wave of warps and every warp keeps at least ``u`` groups; then split-K
-    across blocks while there are fewer than 2 blocks per SM."""
+def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u: int | None = None,
+            pipe: bool | None = None, variant: str | None = None, depth: int | None = None) -> GemvPlan:
+    """Tensor-core geometry of ``variant`` (``TC_VARIANTS``; default from the environment, see
+    ``_tc_variant_default``), with ``mt`` / ``u`` / ``pipe`` / ``depth`` overriding its entries. ``ceil(out / (16
+    mt))`` blocks along x; warps per block doubled up to ``max_nw`` by the variant's rule (every warp keeps at least
+    ``u`` groups); then split-K across blocks (grid.z) while the grid has fewer than ``ks_blocks`` blocks (the
+    "resident" rule also stops at about one resident wave of warps). Depends on (out, in, bits, group) only."""
     if not _tc_supported(bits, group, inp):
         raise ValueError(f"qgemv tensor-core path: bits={bits} group={group} in={inp} not supported")
-    if pipe is None:
-        pipe = _tc_pipe_default()
-    res = 132 * 12 if pipe else _TC_RESIDENT_WARPS  # the pipelined form holds 140 registers a thread
+    if variant is None:
+        variant = _tc_variant_default()
+        if pipe is not None and variant in ("default", "pipe"):
+            variant = "pipe" if pipe else "default"
+    v = dict(TC_VARIANTS[variant])
+    for k, val in (("mt", mt), ("u", u), ("pipe", pipe), ("depth", depth)):
+        if val is not None:
+            v[k] = val
+    mt, u, pipe, depth = v["mt"], v["u"], v["pipe"], v["depth"] if v["pipe"] else 1
     ng = inp // group
     nbx = -(-out // (16 * mt))
     nw = 1
-    while nw < _TC_MAX_NW and nbx * nw * 2 <= res and ng // (nw * 2) >= u:
-        nw *= 2
+    if v["nw_rule"] == "resident":
+        res = 132 * 12 if pipe else _TC_RESIDENT_WARPS  # the pipelined form holds 140 registers a thread
+        while nw < v["max_nw"] and nbx * nw * 2 <= res and ng // (nw * 2) >= u:
+            nw *= 2
+    else:
+        res = 1 << 60
+        while nw < v["max_nw"] and nbx * nw < v["max_warps"] and ng // (nw * 2) >= u:
+            nw *= 2
     ks = 1
-    while nbx * ks < 264 and nbx * nw * ks * 2 <= res and ng // (nw * ks * 2) >= u:
+    while nbx * ks < v["ks_blocks"] and nbx * nw * ks * 2 <= res and ng // (nw * ks * 2) >= u:
         ks *= 2
-    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe)
+    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
 
 
 def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
@@ -1003,7 +1084,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:
         nt = 1 if R <= 8 else 2
-        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe)
+        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1168,6 +1249,18 @@ def _specs():
         f = get_tc_pyfunc(4, 64, nt, nw, pipe=True)
         specs.append((f, _Q))
         hot.add(f.__name__)
+    # the latency variants (TC_VARIANTS), 4-bit g64: both n-tiles at the most warps per block their plans choose for
+    # the real shapes (9B / 27B MLP, 2B head), one n-tile at the fewest (hot). The 16-warp kernels assemble to
+    # 80-106 registers (<= 128, the limit for 512-thread blocks; the GPU build also sets launch_bounds)
+    real = ((12288, 4096), (4096, 12288), (17408, 5120), (5120, 17408), (248320, 2048))
+    for vname in ("w16", "w16d2", "w16d3", "sk", "skd2"):
+        ps = [plan_tc(out, inp, 4, 64, variant=vname) for out, inp in real]
+        lo, hi = min(p.tpb for p in ps), max(p.tpb for p in ps)
+        p = ps[0]
+        for nt, tpb in ((1, hi), (2, hi), (1, lo)) if lo != hi else ((1, hi), (2, hi)):
+            f = get_tc_pyfunc(4, 64, nt, tpb // 32, p.mt, p.u, "bf16", True, p.depth)
+            specs.append((f, _Q))
+            hot.add(f.__name__)
     # the CUDA-core kernel (3/5/6 bits, and every format with TENSORFOLD_GEMV_TC=0)
     for rb, tpb in ((1, 128), (1, 192), (2, 128), (4, 192), (8, 128), (8, 192)):
         f = get_qgemv_pyfunc(4, 64, rb, tpb, "bf16")

@@ -227,3 +227,77 @@ def test_tc_pipelined_form(bits, group):
             yr = np.full((R, out), np.nan, np.float32)
             A.launch_qgemv(P, S, B, x[r0:r0 + R], yr, bits, group, plan)
             assert np.array_equal(yr.view(np.uint32), y[r0:r0 + R].view(np.uint32)), f"rows {r0}+{R}"
+
+
+# ------------------------------------------------------------------------- latency variants (TC_VARIANTS)
+
+NEW_VARIANTS = ["w16", "w16d2", "w16d3", "sk", "skd2"]
+
+
+def test_tc_variant_plans_and_env(monkeypatch):
+    """Every variant's geometry at the real shapes: whole warps, at most 16 a block (512 threads only with one
+    16-row tile a warp, the register budget), every warp at least one full iteration of groups, split-K only in the
+    variants that ask for it; the environment switches select them for plan_qgemv."""
+    real = ((12288, 4096), (4096, 12288), (17408, 5120), (5120, 17408), (248320, 2048), (248320, 4096))
+    for v, cfg in A.TC_VARIANTS.items():
+        for out, K in real:
+            p = A.plan_tc(out, K, 4, 64, variant=v)
+            assert p.tc and p.variant == v and p.tpb % 32 == 0 and 32 <= p.tpb <= 512, (v, p)
+            assert p.tpb <= 256 or p.mt == 1, (v, p)
+            assert (p.mt, p.u, p.pipe, p.depth) == (cfg["mt"], cfg["u"], cfg["pipe"], cfg["depth"])
+            assert (K // 64) // (p.tpb // 32 * p.ks) >= p.u, (v, p)
+            assert p.ks == 1 or cfg["ks_blocks"] > 0
+    assert A.plan_tc(12288, 4096, 4, 64, variant="w16").tpb == 512
+    assert A.plan_tc(5120, 17408, 4, 64, variant="sk").ks > 1
+    monkeypatch.delenv("TENSORFOLD_GEMV_PIPE", raising=False)
+    monkeypatch.delenv("TENSORFOLD_GEMV_VARIANT", raising=False)
+    assert A.plan_qgemv(12288, 4096, 4, 64).variant == "default"
+    monkeypatch.setenv("TENSORFOLD_GEMV_PIPE", "1")
+    assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant="pipe")
+    for v in NEW_VARIANTS:
+        monkeypatch.setenv("TENSORFOLD_GEMV_VARIANT", v)
+        assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant=v)
+    monkeypatch.setenv("TENSORFOLD_GEMV_VARIANT", "nope")
+    with pytest.raises(ValueError):
+        A.plan_qgemv(12288, 4096, 4, 64)
+
+
+@pytest.mark.parametrize("variant", NEW_VARIANTS)
+def test_tc_latency_variant(variant):
+    """Each variant's kernel (its tile, groups per iteration and prefetch depth) with more warps than C entries per
+    warp tile (warps that store nothing), uneven warp ranges and warps with no group, split-K across blocks for the
+    split-K variants: 9 rows (two n-tiles) against the reference; row 8 alone (one n-tile) == the same row of the
+    9-row launch, bit for bit. Small (one block along out) because the simulator runs every thread."""
+    cfg = A.TC_VARIANTS[variant]
+    ks = 2 if cfg["ks_blocks"] else 1
+    nw = 5 if cfg["mt"] == 1 else 2
+    out = 12 if cfg["mt"] == 1 else 20  # one block along out, its last tile partial
+    K, bits, group = 9 * 64, 4, 64  # 9 groups: per split 5 / 4, warps' ranges 1-2 groups, some empty
+    P, S, B = _q(out, K, bits, group)
+    x = rng.standard_normal((9, K)).astype(np.float32)
+    plan = A.GemvPlan(out, K, bits, group, 32 * nw, ks, True, cfg["mt"], cfg["u"], True, cfg["depth"], variant)
+    ws = np.full((ks, 9, out), np.nan, np.float32) if ks > 1 else None
+    y = np.full((9, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound, tol=1e-5)
+    for r in (8,):
+        yr = np.full((1, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x[r:r + 1], yr, bits, group, plan, ws=ws)
+        assert np.array_equal(yr.view(np.uint32), y[r:r + 1].view(np.uint32)), f"row {r}"
+
+
+@pytest.mark.parametrize("variant,bits,group", [("w16d2", 8, 128), ("w16d3", 2, 64), ("skd2", 8, 32)])
+def test_tc_latency_variant_formats(variant, bits, group):
+    """Other formats through the deeper-prefetch variants (words per lane and group 1, 2 and 8)."""
+    cfg = A.TC_VARIANTS[variant]
+    ks = 2 if cfg["ks_blocks"] else 1
+    out, K = 18, 5 * group
+    P, S, B = _q(out, K, bits, group)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    plan = A.GemvPlan(out, K, bits, group, 64, ks, True, cfg["mt"], cfg["u"], True, cfg["depth"], variant)
+    ws = np.full((ks, 3, out), np.nan, np.float32) if ks > 1 else None
+    y = np.full((3, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound, tol=1e-5)
