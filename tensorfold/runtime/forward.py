@@ -4,7 +4,8 @@ Mirrors ``tensorfold.reference.model.ReferenceModel._forward`` (qwen35.md §3.2-
 described on the host by a :class:`Batch` (rows of one or more streams, see the ``*_batch`` builders) whose
 int32 metadata is copied into a :class:`Meta` (one device array, fixed offsets) before the launches.
 
-- ``prompt``: a stream's chunk of rows; GEMMs (``affine.launch_qgemm``), the chunked delta rule, conv tails
+- ``prompt``: a stream's chunk of rows; GEMMs (``gemm.launch_qgemm``: tensor cores for 2/4/8 bits, else
+  ``affine``'s), the chunked delta rule, conv tails
   committed per layer, K/V stored at their positions; committed.
 - ``step``: rows that are committed as they run -- one row per stream (decode) or windows of up to 16 rows
   (``parent[r] = r - 1``); GEMVs (``affine.launch_qgemv``), the token recurrence with the state written back,
@@ -34,7 +35,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.kernels._device import IS_SIM
-from tensorfold.kernels import activations, affine, attention, compact, conv, delta_rule, embedding, kv8, norms
+from tensorfold.kernels import activations, affine, attention, compact, conv, delta_rule, embedding, gemm, kv8, norms
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
@@ -401,7 +402,7 @@ class Runner:
             glue.launch_gemv_simple(ent, x[:R], y[:R], stream=stream, blocks=1)
             return
         if prompt and ent["kind"] == "affine" and R > 16:
-            affine.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
+            gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
                                 stream=stream, rows=R)
             return
         p = ent["plan"]
