@@ -1030,13 +1030,18 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     ng = inp // group
     nbx = -(-out // (16 * mt))
     nw = 1
+    max_nw = v["max_nw"]
+    if max_nw > 8 and group * bits // 128 > 2:
+        # 16 warps (512 threads) leave 128 registers a thread: with 4+ words a lane and group (8-bit g64 / g128,
+        # 4-bit g128) the 16-warp kernels spill at 2 n-tiles (ptxas, launch_bounds 512), so those formats take 8
+        max_nw = 8
     if v["nw_rule"] == "resident":
         res = 132 * 12 if pipe else _TC_RESIDENT_WARPS  # the pipelined form holds 140 registers a thread
-        while nw < v["max_nw"] and nbx * nw * 2 <= res and ng // (nw * 2) >= u:
+        while nw < max_nw and nbx * nw * 2 <= res and ng // (nw * 2) >= u:
             nw *= 2
     else:
         res = 1 << 60
-        while nw < v["max_nw"] and nbx * nw < v["max_warps"] and ng // (nw * 2) >= u:
+        while nw < max_nw and nbx * nw < v["max_warps"] and ng // (nw * 2) >= u:
             nw *= 2
     ks = 1
     while nbx * ks < v["ks_blocks"] and nbx * nw * ks * 2 <= res and ng // (nw * ks * 2) >= u:
@@ -1261,6 +1266,10 @@ def _specs():
             f = get_tc_pyfunc(4, 64, nt, tpb // 32, p.mt, p.u, "bf16", True, p.depth)
             specs.append((f, _Q))
             hot.add(f.__name__)
+    # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
+    p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
+    for nt in (1, 2):
+        specs.append((get_tc_pyfunc(8, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", True, p.depth), _Q))
     # the CUDA-core kernel (3/5/6 bits, and every format with TENSORFOLD_GEMV_TC=0)
     for rb, tpb in ((1, 128), (1, 192), (2, 128), (4, 192), (8, 128), (8, 192)):
         f = get_qgemv_pyfunc(4, 64, rb, tpb, "bf16")

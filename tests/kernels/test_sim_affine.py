@@ -249,6 +249,8 @@ def test_tc_variant_plans_and_env(monkeypatch):
             assert p.ks == 1 or cfg["ks_blocks"] > 0
     assert A.plan_tc(12288, 4096, 4, 64, variant="w16").tpb == 512
     assert A.plan_tc(5120, 17408, 4, 64, variant="sk").ks > 1
+    for bits, group in ((8, 64), (8, 128), (4, 128)):  # 4+ words a lane and group: at most 8 warps (registers)
+        assert A.plan_tc(12288, 4096, bits, group, variant="w16d2").tpb <= 256
     monkeypatch.delenv("TENSORFOLD_GEMV_PIPE", raising=False)
     monkeypatch.delenv("TENSORFOLD_GEMV_VARIANT", raising=False)
     assert A.plan_qgemv(12288, 4096, 4, 64).variant == "default"
