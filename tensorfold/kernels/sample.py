@@ -742,16 +742,17 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
         # top-k: keep keys >= the k-th largest key (ties kept): prefix [0, L)
         k = top_k[row]
         L = C
-        if k > 0 and k < Vv and k <= nvalid:
+        kact = k > 0 and k < Vv and k <= nvalid
+        if kact and k <= C:
             tk = _key(sv[k - 1])
             for j in range(tid, C, nthr):
                 if _key(sv[j]) >= tk and (j + 1 == C or _key(sv[j + 1]) < tk):
                     bc[0] = j + 1
             cuda.syncthreads()
             L = bc[0]
-            kact = True
-        else:
-            kact = False
+        # k > C happens only without top-p, when min-p's bound cut the candidates below the k-th largest key: the
+        # k-th largest key is then <= every candidate's, so top-k keeps them all (L = C). (Reading sv[k - 1] there
+        # read past the candidates: whatever an earlier row left in shared memory.)
         cuda.syncthreads()
         # top-p over the sorted prefix: first key-group end whose running mass >= top_p * Zk
         tp = np.float64(top_p[row])

@@ -128,3 +128,21 @@ def test_infinite_max_is_greedy():
     assert out.tolist() == [S.sample(lg[r], 1.0, [0, 5][r], [0.9, 1.0][r], 0.0, [5, 6][r], [7, 8][r], 99)
                             for r in range(2)]
     assert out[0] == 30
+
+
+def test_topk_larger_than_minp_candidates():
+    """Top-k with k above the candidates min-p leaves (no top-p): all candidates pass top-k. Row 0 first fills the
+    select block's shared memory with 150 high logits, so a kernel that reads the k-th key past its candidates picks
+    up row 0's leftovers (the bug this guards against) instead of passing its single candidate."""
+    V = 300
+    lg = (rng.standard_normal((2, V)) * 0.3).astype(np.float32)
+    lg[0, :150] = 50.0
+    lg[1, 77] = 10.0
+    t, k, p, mp = [1.0, 1.0], [100, 3], [1.0, 1.0], [0.0, 0.5]
+    seeds, pos = [3, 4], [5, 6]
+    out = np.full(2, -7, np.int32)
+    K.launch_sample(lg, out, np.asarray(t, np.float32), np.asarray(k, np.int32), np.asarray(p, np.float32),
+                    np.asarray(mp, np.float32), np.asarray(seeds, np.int64), np.asarray(pos, np.int64), V,
+                    max_blocks=1)
+    ref = [S.sample(lg[r], t[r], k[r], p[r], mp[r], seeds[r], pos[r], V) for r in range(2)]
+    assert out.tolist() == ref and out[1] == 77
