@@ -27,6 +27,26 @@ has() { case ",$PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$LOG"
 echo "commit ${TF_COMMIT:-unknown}, parts $PARTS" | tee -a "$LOG"
 
+if has gemv; then
+    # decode GEMV variants: GPU test of every variant, then the variant table; the variant that passed and is
+    # fastest (sum over shapes of the 1-row time + half the 8-row time) is written to $VARIANT_FILE for later parts
+    echo "== GEMV variants: GPU tests and timing" | tee -a "$LOG"
+    timeout "${T_GEMV_TESTS:-150}" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -rfE \
+        tests/kernels/test_gpu_gemv.py >"$OUT/gemv_gpu_tests.txt" 2>&1
+    echo "pytest exit code $?" >>"$OUT/gemv_gpu_tests.txt"
+    tail -15 "$OUT/gemv_gpu_tests.txt" | tee -a "$LOG"
+    timeout "${T_GEMV_BENCH:-130}" $PY benchmarks/bench_kernels.py --no-b --only affine --out "$OUT" \
+        >"$OUT/gemv_bench.txt" 2>&1
+    grep -E "^\| |FASTEST" "$OUT/gemv_bench.txt" | tail -12 | tee -a "$LOG"
+    $PY benchmarks/pick_gemv_variant.py "$OUT" "$OUT/gemv_gpu_tests.txt" >"${VARIANT_FILE:-/tmp/tf_variant}" \
+        2>>"$LOG"
+    echo "chosen GEMV variant: $(cat "${VARIANT_FILE:-/tmp/tf_variant}")" | tee -a "$LOG"
+fi
+if [ -s "${VARIANT_FILE:-/tmp/tf_variant}" ]; then
+    export TENSORFOLD_GEMV_VARIANT=$(cat "${VARIANT_FILE:-/tmp/tf_variant}")
+    echo "TENSORFOLD_GEMV_VARIANT=$TENSORFOLD_GEMV_VARIANT" | tee -a "$LOG"
+fi
+
 if has tests; then
     echo "== GPU tests" | tee -a "$LOG"
     timeout "$T_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -ra ${GPU_TESTS:-tests} \
@@ -83,6 +103,10 @@ fi
 
 if has big; then
     echo "== 27B: synth, load time, decode, serve" | tee -a "$LOG"
+    timeout "${T_LOAD:-150}" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --load-only \
+        >"$OUT/load_27b.txt" 2>&1
+    echo "exit code $?" >>"$OUT/load_27b.txt"
+    grep -vE "it/s\]|%\|" "$OUT/load_27b.txt" | tail -12 | tee -a "$LOG"
     timeout "$T_BIG" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --streams 1,8 --prompts 512 \
         --steps 20 ${BIG_FLAGS:-} --out "$OUT/decode_27b.md" >"$OUT/decode_27b.txt" 2>&1
     echo "exit code $?" >>"$OUT/decode_27b.txt"
