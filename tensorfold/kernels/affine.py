@@ -956,8 +956,8 @@ def _tc_pipe_default() -> bool:
     return os.environ.get("TENSORFOLD_GEMV_PIPE", "0") == "1"
 
 
-# Tensor-core plan variants (latency-cutting alternatives, none measured on the GPU yet; the default stays the
-# measured form until the benchmark picks one). ``TENSORFOLD_GEMV_VARIANT=<name>`` selects one for every
+# Tensor-core plan variants (latency-cutting alternatives, all measured on the H200 at d91d0c5; the default is
+# chosen per shape by ``_tc_variant_default``). ``TENSORFOLD_GEMV_VARIANT=<name>`` selects one for every
 # tensor-core plan of a run (``plan_qgemv``). Keys: mt, u, pipe, depth; ``max_nw`` warps per block at most;
 # ``nw_rule`` "resident" (double warps while the grid stays within about one resident wave, the measured rule) or
 # "groups" (double warps while every warp keeps at least ``u`` groups and the grid has fewer than ``max_warps``
@@ -983,13 +983,24 @@ TC_VARIANTS = {
 }
 
 
-def _tc_variant_default() -> str:
+# Shape rule for the default variant, from the H200 variant table at d91d0c5 (benchmarks/results/
+# gemv_variants_2026-11-30_d91d0c5.md, 1-row / 8-row us): weights of at least 2^26 codes (27B MLP, every head)
+# -> "sk" (27B gate 38.1 / 44.6 vs default 52.6 / 56.5; 2B head 169 / 196 vs 175 / 190); smaller ones -> "pipe"
+# (9B gate 21.7 / 24.8 vs 24.1 / 27.4; 9B down 25.6 / 28.4 vs 24.4 / 26.4). A function of the shape only.
+SK_MIN_CODES = 1 << 26
+
+
+def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
     v = os.environ.get("TENSORFOLD_GEMV_VARIANT", "")
     if v:
         if v not in TC_VARIANTS:
             raise ValueError(f"TENSORFOLD_GEMV_VARIANT={v!r}: want one of {sorted(TC_VARIANTS)}")
         return v
-    return "pipe" if _tc_pipe_default() else "default"
+    if _tc_pipe_default():
+        return "pipe"
+    if out is not None and inp is not None and out * inp >= SK_MIN_CODES:
+        return "sk"
+    return "pipe"
 
 
 def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
@@ -1019,7 +1030,7 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     if not _tc_supported(bits, group, inp):
         raise ValueError(f"qgemv tensor-core path: bits={bits} group={group} in={inp} not supported")
     if variant is None:
-        variant = _tc_variant_default()
+        variant = _tc_variant_default(out, inp)
         if pipe is not None and variant in ("default", "pipe"):
             variant = "pipe" if pipe else "default"
     v = dict(TC_VARIANTS[variant])

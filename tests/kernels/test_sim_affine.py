@@ -253,7 +253,9 @@ def test_tc_variant_plans_and_env(monkeypatch):
         assert A.plan_tc(12288, 4096, bits, group, variant="w16d2").tpb <= 256
     monkeypatch.delenv("TENSORFOLD_GEMV_PIPE", raising=False)
     monkeypatch.delenv("TENSORFOLD_GEMV_VARIANT", raising=False)
-    assert A.plan_qgemv(12288, 4096, 4, 64).variant == "default"
+    assert A.plan_qgemv(12288, 4096, 4, 64).variant == "pipe"  # the shape rule: small weights -> pipe
+    assert A.plan_qgemv(17408, 5120, 4, 64).variant == "sk"  # >= 2^26 codes -> split-K variant
+    assert A.plan_qgemv(248320, 2048, 4, 64).variant == "sk"
     monkeypatch.setenv("TENSORFOLD_GEMV_PIPE", "1")
     assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant="pipe")
     for v in NEW_VARIANTS:
