@@ -22,24 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-rng = np.random.default_rng()
-
-
-def _cuda():
-    from numba import cuda
-
-    if not cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    return cuda
-
-
-def _rand_q(out, inp, bits, group):
-    from tensorfold.model import bf16
-
-    P = rng.integers(0, 2**32, (out, inp * bits // 32), dtype=np.uint64).astype(np.uint32)
-    S = bf16.from_f32((rng.standard_normal((out, inp // group)) * 0.02).astype(np.float32))
-    B = bf16.from_f32((rng.standard_normal((out, inp // group)) * 0.02).astype(np.float32))
-    return P, S, B
+from test_gpu_a import _cuda, _rand_q, rng  # one source for the GPU tests' random MLX weights
 
 
 def _ref(x, P, S, B, bits, group, chunk=16384):
