@@ -12,6 +12,11 @@ A backend owns per-stream state in numbered slots (at most `max_slots` at once) 
   engine calls: forward and sample together. The defaults sample on the host from the logits; a GPU backend
   overrides them to sample on the device (the same counter-based draw) and copy back only the ids.
 
+* `prefill_many(chunks) -> list[int | None]`: several streams' prompt chunks in one call (the engine's prefill
+  of a round): each chunk is a `PrefillJob` (slot, ids, start_pos, row); a job with a `row` returns its sampled
+  token (it completes a prompt), one without returns None. The default runs the jobs one by one; a GPU backend
+  runs them as one forward. A stream's result never depends on the other jobs beside it.
+
 `SampleRow` carries one row's sampling inputs: the request's knobs, its seed, the absolute position of the token
 being sampled (the draw's counter), and `valid_vocab` (ids at or above it, embedding padding, are never drawn).
 """
@@ -24,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Backend", "SampleRow", "host_sample"]
+__all__ = ["Backend", "SampleRow", "PrefillJob", "host_sample"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,17 @@ class SampleRow:
     seed: int
     position: int
     valid_vocab: int
+
+
+@dataclass(frozen=True)
+class PrefillJob:
+    """One stream's prompt chunk in `Backend.prefill_many`: tokens `ids` at absolute positions start_pos.. of
+    `slot`; `row` (a SampleRow) when the chunk ends the prompt and its last row's token is to be drawn."""
+
+    slot: int
+    ids: Sequence[int]
+    start_pos: int
+    row: SampleRow | None = None
 
 
 def host_sample(logits_row: np.ndarray, row: SampleRow) -> int:
@@ -91,6 +107,17 @@ class Backend(abc.ABC):
         if not slots:
             return []
         return self.sample(self.decode(slots, ids), rows)
+
+    def prefill_many(self, jobs: Sequence[PrefillJob]) -> list[int | None]:
+        """Each job's chunk in turn: its sampled token where it has a row, else None (see the module docstring)."""
+        out: list[int | None] = []
+        for j in jobs:
+            if j.row is not None:
+                out.append(self.prefill_sample(j.slot, j.ids, j.start_pos, j.row))
+            else:
+                self.prefill(j.slot, j.ids, j.start_pos, want_logits=False)
+                out.append(None)
+        return out
 
     def close(self) -> None:
         """Release resources (device memory); the default has nothing to release."""

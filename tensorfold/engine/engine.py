@@ -30,7 +30,7 @@ from typing import Sequence as Seq
 import numpy as np
 
 from tensorfold.config import EngineConfig
-from tensorfold.engine.backend import Backend, SampleRow
+from tensorfold.engine.backend import Backend, PrefillJob, SampleRow
 from tensorfold.engine.detokenizer import Detokenizer
 from tensorfold.engine.scheduler import Scheduler
 from tensorfold.engine.sequence import Sequence, SeqStatus, StepOutput, token_sha
@@ -357,13 +357,14 @@ class Engine:
                                               [self._row(s) for s in seqs])
             for seq, tok in zip(seqs, toks):
                 self._append(seq, tok, out)
-        for ch in plan.prefill:
+        if plan.prefill:
+            jobs = [PrefillJob(ch.seq.slot, ch.seq.prompt_ids[ch.start:ch.end], ch.start,
+                               self._row(ch.seq) if ch.last else None) for ch in plan.prefill]
+            toks = self.backend.prefill_many(jobs)
+            if len(toks) != len(jobs):
+                raise RuntimeError(f"backend prefill_many returned {len(toks)} results for {len(jobs)} chunks")
+        for ch, tok in zip(plan.prefill, toks if plan.prefill else []):
             seq = ch.seq
-            ids = seq.prompt_ids[ch.start:ch.end]
-            if ch.last:
-                tok = self.backend.prefill_sample(seq.slot, ids, ch.start, self._row(seq))
-            else:
-                self.backend.prefill(seq.slot, ids, ch.start, want_logits=False)
             seq.num_prefilled = ch.end
             prompt_done += ch.end - ch.start
             if ch.last:
