@@ -6,6 +6,8 @@
 #
 #   TF_COMMIT=$(git rev-parse --short HEAD) OUT=/some/dir PARTS=tests,ppl,decode,serve,big bash benchmarks/gpu_session.sh
 #
+# Two tracks on a two-GPU machine: run two copies with CUDA_VISIBLE_DEVICES=0 / 1, their own OUT and PORT.
+#
 # On the lent H200 the image's numpy 2.5 breaks numba-cuda: install the carried numpy 2.4.6 wheel first
 # (docs in ../shared/docs/gpu.md).
 set -u
@@ -20,6 +22,7 @@ T_SERVE=${T_SERVE:-70}
 T_PPL=${T_PPL:-60}
 T_BIG=${T_BIG:-300}
 ROOT=${ROOT:-/tmp/tfmodels}
+PORT=${PORT:-8899}
 LOG="$OUT/session.log"
 
 has() { case ",$PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -76,15 +79,15 @@ if has decode; then
 fi
 
 serve_bench() {  # $1 model dir, $2 label, $3 parallel, $4 concurrency list, $5 health wait seconds
-    $PY -m tensorfold.cli serve "$1" --backend cuda --parallel "$3" --context 2048 --port 8899 \
+    $PY -m tensorfold.cli serve "$1" --backend cuda --parallel "$3" --context 2048 --port "$PORT" \
         >"$OUT/serve_${2}_stdout.txt" 2>&1 &
     local SRV=$!
     for _ in $(seq 1 "$5"); do  # the server compiles its kernels and captures graphs before /health says ok
-        curl -sf http://127.0.0.1:8899/health >/dev/null 2>&1 && break
+        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
         sleep 1
     done
     grep -E "ready|Error|error" "$OUT/serve_${2}_stdout.txt" | head -5 | tee -a "$LOG"
-    timeout "$T_SERVE" $PY benchmarks/bench_serve.py --url http://127.0.0.1:8899 --input-len 256 --output-len 32 \
+    timeout "$T_SERVE" $PY benchmarks/bench_serve.py --url "http://127.0.0.1:$PORT" --input-len 256 --output-len 32 \
         --concurrency "$4" --num-prompts 32 --seed 0 --out "$OUT/serve_${2}.md" 2>&1 | tail -20 | tee -a "$LOG"
     kill -TERM "$SRV" 2>/dev/null
     wait "$SRV"
@@ -103,16 +106,19 @@ fi
 
 if has big; then
     echo "== 27B: synth, load time, decode, serve" | tee -a "$LOG"
-    timeout "${T_LOAD:-150}" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --load-only \
-        >"$OUT/load_27b.txt" 2>&1
-    echo "exit code $?" >>"$OUT/load_27b.txt"
-    grep -vE "it/s\]|%\|" "$OUT/load_27b.txt" | tail -12 | tee -a "$LOG"
+    if [ "${BIG_LOAD:-1}" = 1 ]; then  # the load split on its own (BIG_LOAD=0: the decode run's startup line only)
+        timeout "${T_LOAD:-150}" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --load-only \
+            >"$OUT/load_27b.txt" 2>&1
+        echo "exit code $?" >>"$OUT/load_27b.txt"
+        grep -vE "it/s\]|%\|" "$OUT/load_27b.txt" | tail -12 | tee -a "$LOG"
+    fi
     timeout "$T_BIG" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --streams 1,8 --prompts 512 \
         --steps 20 ${BIG_FLAGS:-} --out "$OUT/decode_27b.md" >"$OUT/decode_27b.txt" 2>&1
     echo "exit code $?" >>"$OUT/decode_27b.txt"
     grep -vE "it/s\]|%\|" "$OUT/decode_27b.txt" | tail -30 | tee -a "$LOG"
     M=$(ls -d "$ROOT"/*27b* 2>/dev/null | head -1)
     if [ -n "$M" ] && has serve27; then
+        echo "== serve, 27B" | tee -a "$LOG"
         serve_bench "$M" 27b 8 1,8 150
     fi
 fi
