@@ -40,7 +40,9 @@ Launch geometry
 - ``gdn_prep``: grid (R, Hk) grid-stride, block 128: q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k), and g, β.
 - ``gdn_chunk_intra``: grid (max_chunks, Hv, nseg), block 128: per (chunk, head) the WY factors
   U = T(β⊙V), W = T(β⊙e^c⊙K̂) and P = (Q̂K̂ᵀ)⊙Γ, plus c (cumulative log-decay).
-- ``gdn_chunk_inter``: grid (nseg, Hv, ceil(Dv/32)), block (32, 4): sequential over the chunks of a segment,
+- ``gdn_chunk_inter`` (``_v16``, ``_v8``): grid (nseg, Hv, ceil(Dv/w)), block (w, 128/w) for w = 32 / 16 / 8 value
+  columns a block (``inter_width``: TENSORFOLD_CHUNK_INTER, default INTER_DEFAULT; same bits for every w; w = 32
+  gives only 64 blocks at 2B): sequential over the chunks of a segment,
   S slice in shared memory; V' = U − W S, O = (e^c⊙Q̂) S + P V', S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'. Writes
   the final state in place (prompts are committed). Each chunk is 3·Dk/32 + 2 tile stages; the next stage's tile
   is loaded into registers while the current one computes (software pipelining).
@@ -49,6 +51,7 @@ Launch geometry
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from numba import cuda, float32, int32
@@ -686,126 +689,147 @@ def _fetch_stage(buf, s, nk, Wm, qn, P, kn, r0, n, hv, kh, Dk, tid):
         _fetch_tile(buf, kn, r0, n, kh, (s - 2 * nk - 2) * KT, Dk, tid)
 
 
-def gdn_chunk_inter(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
-    """Sequential pass over a segment's chunks per (segment, value head, 32-column slice); state updated in place.
-    Thread (lane, warp) owns value column lane and rows i ≡ warp (mod 4) of V' and O (register accumulators).
-    A chunk is 3*nk + 2 stages (nk = Dk / KT): W tiles (V' = U − W S), Q̂ tiles ((e^c⊙Q̂) S), two P tiles
-    (+ P V'), K̂ tiles (S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'); each stage's CH x KT tile goes through shared memory,
-    and the NEXT stage's tile (the next chunk's first one after the last stage) is loaded into registers while
-    this stage computes, so the load latency hides behind the multiplies instead of adding up per stage."""
-    seg = cuda.blockIdx.x
-    hv = cuda.blockIdx.y
-    sl = cuda.blockIdx.z
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    tid = ty * VS + tx
-    S = cuda.shared.array((MAXDK, VS), float32)
-    Vp = cuda.shared.array((CH, VS), float32)
-    Tl = cuda.shared.array((CH, KT), float32)
-    ec = cuda.shared.array(CH, float32)
-    dec = cuda.shared.array(CH, float32)
-    acc = cuda.local.array(RI, float32)
-    uu = cuda.local.array(RI, float32)
-    sacc = cuda.local.array(KQ, float32)
-    buf = cuda.local.array(TL, float32)
-    n_all = seg_len[seg]
-    slot = seg_slot[seg]
-    if n_all <= 0 or slot < 0:
-        return
-    row00 = seg_row0[seg]
-    Hv = state.shape[1]
-    Dk = state.shape[2]
-    Dv = state.shape[3]
-    Hk = qn.shape[1]
-    kh = hv // (Hv // Hk)
-    col = sl * VS + tx
-    colok = col < Dv
-    cl = min(col, Dv - 1)
-    nk = (Dk + KT - 1) // KT
-    nst = 3 * nk + 2
-    if colok:
-        load_state_slice(S, state, slot, hv, col, ty, tx)
-    nch = (n_all + CH - 1) // CH
-    _fetch_stage(buf, 0, nk, Wm, qn, P, kn, row00, min(CH, n_all), hv, kh, Dk, tid)
-    for c in range(nch):
-        r0 = row00 + c * CH
-        n = min(CH, n_all - c * CH)
-        cn = cum[r0 + n - 1, hv]
-        for ii in range(RI):
-            uu[ii] = U[r0 + min(ty + NW * ii, n - 1), hv, cl]
-        cuda.syncthreads()
-        for i in range(tid, n, NT):
-            ci = cum[r0 + i, hv]
-            ec[i] = float32(math.exp(ci))
-            dec[i] = float32(math.exp(cn - ci))
-        ecn = float32(math.exp(cn))
-        for ii in range(RI):
-            acc[ii] = float32(0.0)
-        for s in range(nst):
+def _make_inter(vsi: int):
+    """The inter pass with ``vsi`` value columns per block (``NT // vsi`` warps' worth of row groups): same
+    arithmetic and summation orders as any other ``vsi`` (outputs and states agree bit for bit), grid
+    ``(nseg, Hv, ceil(Dv / vsi))``, block ``(vsi, NT // vsi)``. Narrower slices give more blocks for the one
+    sequential pass (2B at 32 columns: 16 heads x 4 = 64 blocks on 132 SMs)."""
+    VSI = vsi
+    NWI = NT // VSI
+    RII = CH // NWI
+    KQI = KT // NWI
+    KRI = MAXDK // NWI
+    KTP = KT + 1 if VSI < 32 else KT  # padded tile rows: lanes of one warp read two or more tile rows
+
+    def kern(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
+        seg = cuda.blockIdx.x
+        hv = cuda.blockIdx.y
+        sl = cuda.blockIdx.z
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * VSI + tx
+        S = cuda.shared.array((MAXDK, VSI), float32)
+        Vp = cuda.shared.array((CH, VSI), float32)
+        Tl = cuda.shared.array((CH, KTP), float32)
+        ec = cuda.shared.array(CH, float32)
+        dec = cuda.shared.array(CH, float32)
+        acc = cuda.local.array(RII, float32)
+        uu = cuda.local.array(RII, float32)
+        sacc = cuda.local.array(KQI, float32)
+        buf = cuda.local.array(TL, float32)
+        sbuf = cuda.local.array(KRI, float32)
+        n_all = seg_len[seg]
+        slot = seg_slot[seg]
+        if n_all <= 0 or slot < 0:
+            return
+        row00 = seg_row0[seg]
+        Dk = state.shape[2]
+        Dv = state.shape[3]
+        Hv = state.shape[1]
+        Hk = qn.shape[1]
+        kh = hv // (Hv // Hk)
+        col = sl * VSI + tx
+        colok = col < Dv
+        cl = min(col, Dv - 1)
+        nk = (Dk + KT - 1) // KT
+        nst = 3 * nk + 2
+        if colok:
+            for t in range(KRI):
+                sbuf[t] = state[slot, hv, min(ty + NWI * t, Dk - 1), col]
+            for t in range(KRI):
+                i = ty + NWI * t
+                if i < Dk:
+                    S[i, tx] = sbuf[t]
+        nch = (n_all + CH - 1) // CH
+        _fetch_stage(buf, 0, nk, Wm, qn, P, kn, row00, min(CH, n_all), hv, kh, Dk, tid)
+        for c in range(nch):
+            r0 = row00 + c * CH
+            n = min(CH, n_all - c * CH)
+            cn = cum[r0 + n - 1, hv]
+            for ii in range(RII):
+                uu[ii] = U[r0 + min(ty + NWI * ii, n - 1), hv, cl]
             cuda.syncthreads()
-            _put_tile(Tl, buf, tid)
-            cuda.syncthreads()
-            fs = s + 1
-            fr0 = r0
-            fn = n
-            if fs == nst:
-                fs = 0
-                fr0 = r0 + CH
-                fn = min(CH, n_all - (c + 1) * CH)
-            if fn > 0:
-                _fetch_stage(buf, fs, nk, Wm, qn, P, kn, fr0, fn, hv, kh, Dk, tid)
-            if s < 2 * nk:
-                # V' = U - W S (s < nk), then (e^c q) S
-                k0 = (s if s < nk else s - nk) * KT
-                for kk in range(min(KT, Dk - k0)):
-                    sv = S[k0 + kk, tx]
-                    for ii in range(RI):
-                        acc[ii] = cuda.fma(Tl[ty + NW * ii, kk], sv, acc[ii])
-                if s == nk - 1:
-                    if colok:
-                        for ii in range(RI):
-                            i = ty + NW * ii
+            for i in range(tid, n, NT):
+                ci = cum[r0 + i, hv]
+                ec[i] = float32(math.exp(ci))
+                dec[i] = float32(math.exp(cn - ci))
+            ecn = float32(math.exp(cn))
+            for ii in range(RII):
+                acc[ii] = float32(0.0)
+            for s in range(nst):
+                cuda.syncthreads()
+                _put_tile(Tl, buf, tid)
+                cuda.syncthreads()
+                fs = s + 1
+                fr0 = r0
+                fn = n
+                if fs == nst:
+                    fs = 0
+                    fr0 = r0 + CH
+                    fn = min(CH, n_all - (c + 1) * CH)
+                if fn > 0:
+                    _fetch_stage(buf, fs, nk, Wm, qn, P, kn, fr0, fn, hv, kh, Dk, tid)
+                if s < 2 * nk:
+                    # V' = U - W S (s < nk), then (e^c q) S
+                    k0 = (s if s < nk else s - nk) * KT
+                    for kk in range(min(KT, Dk - k0)):
+                        sv = S[k0 + kk, tx]
+                        for ii in range(RII):
+                            acc[ii] = cuda.fma(Tl[ty + NWI * ii, kk], sv, acc[ii])
+                    if s == nk - 1:
+                        if colok:
+                            for ii in range(RII):
+                                i = ty + NWI * ii
+                                if i < n:
+                                    Vp[i, tx] = uu[ii] - acc[ii]
+                        for ii in range(RII):
+                            acc[ii] = float32(0.0)
+                    elif s == 2 * nk - 1:
+                        for ii in range(RII):
+                            acc[ii] = acc[ii] * ec[min(ty + NWI * ii, n - 1)]
+                elif s < 2 * nk + 2:
+                    # O += P V' (P tile j0; rows past n and j > i are zero)
+                    j0 = (s - 2 * nk) * KT
+                    for jj in range(min(KT, n - j0)):
+                        j = j0 + jj
+                        vj = Vp[j, tx]
+                        for ii in range(RII):
+                            pv = Tl[ty + NWI * ii, jj]
+                            if j > ty + NWI * ii:
+                                pv = float32(0.0)
+                            acc[ii] = cuda.fma(pv, vj, acc[ii])
+                    if s == 2 * nk + 1 and colok:
+                        for ii in range(RII):
+                            i = ty + NWI * ii
                             if i < n:
-                                Vp[i, tx] = uu[ii] - acc[ii]
-                    for ii in range(RI):
-                        acc[ii] = float32(0.0)
-                elif s == 2 * nk - 1:
-                    for ii in range(RI):
-                        acc[ii] = acc[ii] * ec[min(ty + NW * ii, n - 1)]
-            elif s < 2 * nk + 2:
-                # O += P V' (P tile j0; rows past n and j > i are zero)
-                j0 = (s - 2 * nk) * KT
-                for jj in range(min(KT, n - j0)):
-                    j = j0 + jj
-                    vj = Vp[j, tx]
-                    for ii in range(RI):
-                        pv = Tl[ty + NW * ii, jj]
-                        if j > ty + NW * ii:
-                            pv = float32(0.0)
-                        acc[ii] = cuda.fma(pv, vj, acc[ii])
-                if s == 2 * nk + 1 and colok:
-                    for ii in range(RI):
-                        i = ty + NW * ii
-                        if i < n:
-                            o[r0 + i, hv, col] = acc[ii]
-            else:
-                # S <- e^{c_n} S + (e^{c_n - c} K)^T V' on rows k0.. (Tl[j, kk] = k[r0 + j, k0 + kk])
-                k0 = (s - 2 * nk - 2) * KT
-                for q in range(KQ):
-                    sacc[q] = float32(0.0)
-                for j in range(n):
-                    vp = Vp[j, tx] * dec[j]
-                    for q in range(KQ):
-                        sacc[q] = cuda.fma(Tl[j, ty + NW * q], vp, sacc[q])
-                if colok:
-                    for q in range(KQ):
-                        k = k0 + ty + NW * q
-                        if k < Dk:
-                            S[k, tx] = cuda.fma(ecn, S[k, tx], sacc[q])
-    cuda.syncthreads()
-    if colok:
-        for i in range(ty, Dk, NW):
-            state[slot, hv, i, col] = S[i, tx]
+                                o[r0 + i, hv, col] = acc[ii]
+                else:
+                    # S <- e^{c_n} S + (e^{c_n - c} K)^T V' on rows k0.. (Tl[j, kk] = k[r0 + j, k0 + kk])
+                    k0 = (s - 2 * nk - 2) * KT
+                    for q in range(KQI):
+                        sacc[q] = float32(0.0)
+                    for j in range(n):
+                        vp = Vp[j, tx] * dec[j]
+                        for q in range(KQI):
+                            sacc[q] = cuda.fma(Tl[j, ty + NWI * q], vp, sacc[q])
+                    if colok:
+                        for q in range(KQI):
+                            k = k0 + ty + NWI * q
+                            if k < Dk:
+                                S[k, tx] = cuda.fma(ecn, S[k, tx], sacc[q])
+        cuda.syncthreads()
+        if colok:
+            for i in range(ty, Dk, NWI):
+                state[slot, hv, i, col] = S[i, tx]
+
+    kern.__name__ = kern.__qualname__ = "gdn_chunk_inter" if VSI == VS else f"gdn_chunk_inter_v{VSI}"
+    return kern
+
+
+INTER_WIDTHS = (32, 16, 8)  # value columns per inter-pass block; TENSORFOLD_CHUNK_INTER picks one
+INTER_DEFAULT = 16
+gdn_chunk_inter = _make_inter(VS)
+_INTER_PY = {w: (gdn_chunk_inter if w == VS else _make_inter(w)) for w in INTER_WIDTHS}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -832,7 +856,7 @@ COMPILE_SPECS = [
     (gdn_prep, SIG_PREP),
     (gdn_chunk_intra, SIG_INTRA),
     (gdn_chunk_inter, SIG_INTER),
-]
+] + [(_INTER_PY[w], SIG_INTER) for w in INTER_WIDTHS if w != VS]
 HOT = {"gdn_recurrent", "gdn_step"}
 
 k_gates = cuda.jit(gdn_gates_kernel)
@@ -841,6 +865,22 @@ k_step = cuda.jit(gdn_step)
 k_prep = cuda.jit(gdn_prep)
 k_chunk_intra = cuda.jit(gdn_chunk_intra)
 k_chunk_inter = cuda.jit(gdn_chunk_inter)
+_K_INTER = {VS: k_chunk_inter}
+
+
+def inter_width(width=None) -> int:
+    """Value columns per inter-pass block: ``width``, else ``TENSORFOLD_CHUNK_INTER`` (read at each launch, for
+    A/B runs in one process), else INTER_DEFAULT."""
+    w = int(width or os.environ.get("TENSORFOLD_CHUNK_INTER") or INTER_DEFAULT)
+    if w not in INTER_WIDTHS:
+        raise ValueError(f"chunked inter pass: width {w} not in {INTER_WIDTHS}")
+    return w
+
+
+def _inter_kernel(w):
+    if w not in _K_INTER:
+        _K_INTER[w] = cuda.jit(_INTER_PY[w])
+    return _K_INTER[w]
 
 
 def launch_gates(a, b, A_log, dt_bias, g_out, beta_out, *, stream=0, blocks=None):
@@ -867,11 +907,12 @@ def launch_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_sl
 
 
 def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,
-                   stream=0, prep_blocks=None):
+                   stream=0, prep_blocks=None, inter=None):
     """Prompt path: prep (l2norm + gates) -> intra-chunk WY factors -> sequential inter-chunk pass.
 
     ``work`` = dict of scratch device arrays from :func:`chunk_workspace` (sized for R rows). The final state
-    of each segment is written to ``state[slot]`` (its initial value is the starting state).
+    of each segment is written to ``state[slot]`` (its initial value is the starting state). ``inter``: value
+    columns per inter-pass block (:func:`inter_width`; every width gives the same bits).
     """
     R = qkv.shape[0]
     Hv, Dv = state.shape[1], state.shape[3]
@@ -882,7 +923,8 @@ def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot
     nch = (max_rows_per_seg + CH - 1) // CH
     k_chunk_intra[(nch, Hv, nseg), NT, stream](work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0,
                                                seg_len, work["cum"], work["P"], work["U"], work["W"])
-    k_chunk_inter[(nseg, Hv, (Dv + VS - 1) // VS), (VS, NW), stream](
+    w = inter_width(inter)
+    _inter_kernel(w)[(nseg, Hv, (Dv + w - 1) // w), (w, NT // w), stream](
         work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0, seg_len, seg_slot, o)
 
 

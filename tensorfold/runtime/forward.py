@@ -364,6 +364,14 @@ def _embed(wt, ids, out, stream):
         embedding.launch_embed_dense(ids, wt["W16"], out, stream=stream, **_SIM_MB)
 
 
+def prompt_graphs_on() -> bool:
+    """Prompt chunks by CUDA-graph replay (``Runner._prompt_graphed``) when ``TENSORFOLD_PROMPT_GRAPH`` is 1 (read
+    at each forward, for A/B runs in one process); 0 or unset: eager launches."""
+    import os
+
+    return os.environ.get("TENSORFOLD_PROMPT_GRAPH", "0") == "1"
+
+
 class Runner:
     """The model on the device: weights (``Arena``), caches (``Caches``), buffers, and the launch sequence."""
 
@@ -392,6 +400,10 @@ class Runner:
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self.sim_gemv = True  # simulator: glue.gemv_simple instead of the (very slow to simulate) affine kernels
+        self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
+        self._pgraph_failed: set = set()
+        self._core_stream = self._core_for = None
+        self.prompt_graph_error = None
 
     # ---------------------------------------------------------------------------------------------- pieces
 
@@ -446,7 +458,8 @@ class Runner:
                                        m.view("seg_slot", S), m.view("seg_leaf", S), stream=stream,
                                        **_SIM_B1)
             delta_rule.launch_chunked(B.y[:R], aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"),
-                                      cc.rec[li], *seg, B.o[:R], B.chunk, max_rows_per_seg=b.max_seg_len,
+                                      cc.rec[li], *seg, B.o[:R], B.chunk,
+                                      max_rows_per_seg=R if b is None else b.max_seg_len,
                                       stream=stream, prep_blocks=1 if IS_SIM else None)
         else:
             logs = (B.log_k[li], B.log_d[li], B.log_a[li]) if mode == "verify" else (B.no_k, B.no_d, B.no_a)
@@ -546,14 +559,17 @@ class Runner:
                 raise ValueError(f"{batch.mode}: {batch.R} rows exceed the {self.buf.log_rows} logged rows")
         if batch.R > self.rows_cap:
             raise ValueError(f"forward: {batch.R} rows exceed the {self.rows_cap} buffer rows")
-        self.meta.write(batch, stream=stream)
         self._last = batch
         n_out = len(batch.sel) if (logits or argmax) else 0
         if n_out > self.buf.out_rows:
             raise ValueError(f"forward: {n_out} logits rows exceed the {self.buf.out_rows} output rows")
         ident = n_out == batch.R and np.array_equal(batch.sel[:n_out], np.arange(n_out))
-        self.launch(batch.R, batch.S, n_out, batch.mode, batch=batch, argmax=argmax, valid_vocab=valid_vocab,
-                    sample=sample, all_rows=bool(ident), stream=stream)
+        if batch.mode == "prompt" and prompt_graphs_on() and stream:
+            self._prompt_graphed(batch, n_out, argmax, valid_vocab, sample, bool(ident), stream)
+        else:
+            self.meta.write(batch, stream=stream)
+            self.launch(batch.R, batch.S, n_out, batch.mode, batch=batch, argmax=argmax, valid_vocab=valid_vocab,
+                        sample=sample, all_rows=bool(ident), stream=stream)
         out_l = out_t = None
         if logits and n_out:
             out_l = self.buf.logits[:n_out].copy_to_host(stream=stream)
@@ -564,6 +580,67 @@ class Runner:
         else:
             cuda.synchronize()
         return out_l, out_t
+
+    # ---------------------------------------------------------------------------------------------- prompt graphs
+
+    def prompt_bucket(self, R: int) -> int:
+        """Rows a prompt chunk of R rows is padded to for its graph: 64, 128, 256, 512, then multiples of 512
+        (at most the buffer rows)."""
+        b = 64
+        while b < R and b < 512:
+            b *= 2
+        if R > b:
+            b = -(-R // 512) * 512
+        return max(R, min(b, self.rows_cap))
+
+    def _prompt_graphed(self, batch, n_out, argmax, valid_vocab, sample, all_rows, stream):
+        """A prompt chunk by CUDA-graph replay: the batch is padded to ``prompt_bucket(R)`` rows (padding rows have
+        slot -1: nothing is written for them, every real row's values are those of the eager forward, since no
+        kernel's result for a row depends on the others), the grids are sized from the bucket and the buffers'
+        capacity instead of the batch (attention splits: ``buf.nc``; chunk grid: the bucket), so one graph per
+        (rows bucket, segments, outputs) serves any start position. The first chunk of a key runs eagerly (that
+        compiles everything) and is then captured; later ones replay. In the simulator: the padded launches run
+        eagerly (what the graph would replay)."""
+        Rb = self.prompt_bucket(batch.R)
+        S = batch.S
+        self.meta.write(batch.pad(Rb, S), stream=stream)
+        key = (Rb, S, n_out, bool(argmax), sample is not None, valid_vocab, all_rows)
+
+        def go(st):
+            self.launch(Rb, S, n_out, "prompt", batch=None, argmax=argmax, valid_vocab=valid_vocab, sample=sample,
+                        all_rows=all_rows, stream=st)
+
+        g = self._pgraphs.get(key)
+        if g is not None:
+            g.launch(self._core_stream)
+            return
+        go(stream)
+        if IS_SIM or key in self._pgraph_failed:
+            return
+        try:
+            from cuda.core import Device
+
+            dev = Device()
+            dev.set_current()
+            if self._core_stream is None or self._core_for is not stream:
+                self._pgraphs.clear()  # graphs are launched on the stream they were built for
+                self._core_stream, self._core_for = dev.create_stream(stream), stream
+            gb = self._core_stream.create_graph_builder()
+            gb.begin_building()
+            try:
+                go(gb)
+            except BaseException:
+                try:
+                    gb.end_building()
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
+            graph = gb.end_building().complete()
+            graph.upload(self._core_stream)
+            self._pgraphs[key] = graph
+        except Exception as e:  # noqa: BLE001 -- this key stays eager (padded launches, same values)
+            self._pgraph_failed.add(key)
+            self.prompt_graph_error = f"prompt graph {key}: {type(e).__name__}: {e}"
 
     def commit(self, batch: Batch, keep, stream=0) -> list[int]:
         """Directly after the ``verify`` forward of ``batch`` (its logs and metadata are still there): keep, per segment, the
