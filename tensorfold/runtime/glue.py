@@ -143,9 +143,43 @@ def launch_argmax(logits, valid, out, *, stream=0, blocks=None):
     _ks.launch_argmax(logits, valid, out, stream=stream, max_blocks=1 if IS_SIM else blocks)
 
 
+def _sim_weight(ent) -> np.ndarray:
+    """The linear's float32 [out, in] matrix, unpacked here from the MLX words (bit offset j * bits of each row,
+    little-endian across words) and cached on the arena entry (simulator only)."""
+    wd = ent.get("_sim_wd")
+    if wd is None:
+        if ent["kind"] == "affine":
+            W = np.asarray(ent["W"]).astype(np.uint64)
+            bits, group = int(ent["bits"]), int(ent["group"])
+            out, nw = W.shape
+            inp = nw * 32 // bits
+            words = np.concatenate([W, np.zeros((out, 1), np.uint64)], axis=1)
+            off = np.arange(inp) * bits
+            lo, sh = off // 32, (off % 32).astype(np.uint64)
+            both = words[:, lo] | (words[:, lo + 1] << np.uint64(32))
+            q = ((both >> sh) & np.uint64((1 << bits) - 1)).astype(np.float32)
+            S, B = np.asarray(ent["S"]), np.asarray(ent["B"])
+            if S.dtype == np.uint16:
+                S = (S.astype(np.uint32) << np.uint32(16)).view(np.float32)
+                B = (B.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            wd = q * np.repeat(S.astype(np.float32), group, axis=1) + np.repeat(B.astype(np.float32), group, axis=1)
+        else:
+            wd = (np.asarray(ent["W16"]).astype(np.uint32) << np.uint32(16)).view(np.float32)
+        wd = np.ascontiguousarray(wd, np.float32)
+        ent["_sim_wd"] = wd
+    return wd
+
+
 def launch_gemv_simple(ent, x, y, *, stream=0, blocks=None):
-    """y = x @ W.T, one thread per output (simulator stand-in for ``affine.launch_qgemv``: exact per row, slow
-    on a GPU). ``ent``: an arena linear."""
+    """y = x @ W.T (simulator stand-in for ``affine.launch_qgemv``, whose generated kernels take minutes per forward
+    there). In the simulator it runs on the host, one row at a time (a row's result never depends on the other
+    rows); on a GPU (only for tests) it is a one-thread-per-output kernel. ``ent``: an arena linear."""
+    if IS_SIM:
+        wd = _sim_weight(ent)
+        xs, ys = np.asarray(x), np.asarray(y)
+        for r in range(xs.shape[0]):
+            ys[r] = wd @ xs[r]
+        return
     n = x.shape[0] * y.shape[1]
     nb = blocks or max(1, min(4096, -(-n // NT)))
     if ent["kind"] == "affine":
@@ -153,6 +187,63 @@ def launch_gemv_simple(ent, x, y, *, stream=0, blocks=None):
         k[nb, NT, stream](ent["W"], ent["S"], ent["B"], x, y, np.int32(ent["bits"]), np.int32(ent["group"]))
     else:
         k_dense_gemv[nb, NT, stream](ent["W16"], x, y)
+
+
+def _sim_kv_rows(cache, scale, slot, pos):
+    """Cache rows [n, nKV, hd] of ``slot`` at positions ``pos`` as float32 (bf16 bits, e4m3 codes x row scale, f32)."""
+    c = np.asarray(cache)[slot, pos]
+    if c.dtype == np.uint16:
+        return (c.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if c.dtype == np.uint8:
+        return _E4M3[c] * np.asarray(scale)[slot, pos][:, :, None]
+    return c.astype(np.float32)
+
+
+def _e4m3_table():
+    """float32 value of each e4m3 code (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; 0x7F / 0xFF NaN)."""
+    t = np.zeros(256, np.float32)
+    for u in range(256):
+        e, mnt = (u >> 3) & 15, u & 7
+        v = (mnt / 8.0) * 2.0 ** -6 if e == 0 else (1 + mnt / 8.0) * 2.0 ** (e - 7)
+        if e == 15 and mnt == 7:
+            v = np.nan
+        t[u] = -v if u & 128 else v
+    return t
+
+
+_E4M3 = _e4m3_table()
+
+
+def sim_attention(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale, qg, out):
+    """Simulator stand-in for ``attention.launch_partials`` + ``launch_merge`` (use_gate=1), on the host: row r of
+    slot row_slot[r] (< 0: skipped) attends to positions 0 .. nk[r] - 1 and tbase[r] + b for each set bit b of
+    tmask[r]; softmax in float64, then o * sigmoid(gate), the gate being qg[r, h, hd:]. Row by row, so a row's
+    result never depends on the others. The real kernels have their own simulator tests
+    (tests/kernels/test_sim_attention.py); this keeps the runtime's tests of the whole forward fast."""
+    Q = np.asarray(q)
+    G = np.asarray(qg)
+    o = np.asarray(out)
+    R, nH, hd = Q.shape
+    nKV = np.asarray(k_cache).shape[2]
+    rep = nH // nKV
+    for r in range(R):
+        slot = int(np.asarray(row_slot)[r])
+        if slot < 0:
+            continue
+        m = int(np.asarray(tmask)[r]) & 0xFFFFFFFF
+        pos = np.concatenate([np.arange(int(np.asarray(nk)[r])),
+                              int(np.asarray(tbase)[r]) + np.array([b for b in range(32) if m >> b & 1], np.int64)])
+        if len(pos) == 0:
+            o[r] = 0.0
+            continue
+        K = _sim_kv_rows(k_cache, k_scale, slot, pos).astype(np.float64)
+        V = _sim_kv_rows(v_cache, v_scale, slot, pos).astype(np.float64)
+        for h in range(nH):
+            sc = K[:, h // rep] @ Q[r, h].astype(np.float64) * float(scale)
+            p = np.exp(sc - sc.max())
+            v = (p @ V[:, h // rep]) / p.sum()
+            g = G[r, h, hd:].astype(np.float64)
+            o[r, h] = (v / (1.0 + np.exp(-g))).astype(np.float32)
 
 
 def launch_gather(x, sel, out, *, stream=0, blocks=None):

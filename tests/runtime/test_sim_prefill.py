@@ -1,0 +1,57 @@
+"""Simulator tier for ``runtime.prefill.prefill_many``: several streams' prompt chunks packed into one forward give
+each stream the same token, and leave the same cache and state (checked through the next decode step's logits, bit
+for bit), as the chunks run one by one; a bad job is refused before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorfold.engine.backend import PrefillJob, SampleRow
+from tensorfold.runtime.backend import CudaBackend
+from tensorfold.runtime.prefill import prefill_many
+
+
+def _row(pos, t=0.0, seed=0):
+    return SampleRow(temperature=t, top_k=0, top_p=1.0, min_p=0.0, seed=seed, position=pos, valid_vocab=512)
+
+
+def test_prefill_many_equals_one_by_one(micro):
+    rng = np.random.default_rng(11)
+    be = CudaBackend(micro.tensors, micro.config, parallel=6, context=16, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    P, Q, R = ([int(t) for t in rng.integers(0, 512, n)] for n in (3, 2, 3))
+    # packed: P ends its prompt (sampled at temperature), Q is a first chunk (no token), R ends (greedy)
+    a, b, c = be.new_slot(), be.new_slot(), be.new_slot()
+    calls = []
+    orig = be.runner.forward
+    be.runner.forward = lambda batch, **kw: (calls.append(batch.S), orig(batch, **kw))[1]
+    got = prefill_many(be, [PrefillJob(a, P, 0, _row(3, 0.9, 5)), PrefillJob(b, Q, 0, None),
+                            PrefillJob(c, R, 0, _row(3))])
+    be.runner.forward = orig
+    assert calls == [3], f"expected one packed forward of 3 segments, got {calls}"
+    assert got[1] is None
+    # one by one on fresh slots of the same backend
+    a1, b1, c1 = be.new_slot(), be.new_slot(), be.new_slot()
+    alone = [be.prefill_sample(a1, P, 0, _row(3, 0.9, 5)), be.prefill(b1, Q, 0, want_logits=False),
+             be.prefill_sample(c1, R, 0, _row(3))]
+    assert got[0] == alone[0] and got[2] == alone[2]
+    assert be._lens[b] == 2 and be._lens[a] == 3
+    # the next step's logits: same caches and states, bit for bit
+    ids = [int(t) for t in rng.integers(0, 512, 3)]
+    lp = be.decode([a, b, c], ids)
+    la = be.decode([a1, b1, c1], ids)
+    assert np.isfinite(lp).all()
+    assert np.array_equal(lp, la)
+    # a bad job (wrong start) is refused and nothing ran: the slot lengths are unchanged
+    with pytest.raises(ValueError, match="chunk starts at"):
+        prefill_many(be, [PrefillJob(a, P, 4, None), PrefillJob(b, Q, 0, None)])
+    assert be._lens[a] == 4 and be._lens[b] == 3
+
+
+def test_prefill_many_packs_by_rows():
+    from tensorfold.runtime.prefill import _groups
+
+    J = lambda n: PrefillJob(0, [1] * n, 0)  # noqa: E731
+    assert _groups([J(3), J(4), J(2), J(9), J(1)], 8) == [[0, 1], [2], [3], [4]]
+    assert _groups([J(8)], 8) == [[0]]
