@@ -399,7 +399,7 @@ class Runner:
         self.prompt_rows = prompt_rows
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
         self.sample_meta = SampleMeta(self.buf.out_rows)
-        self.sim_gemv = True  # simulator: glue.gemv_simple instead of the (very slow to simulate) affine kernels
+        self.sim_gemv = True  # simulator: glue's host stand-ins for the GEMV and attention kernels (very slow to simulate)
         self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
@@ -493,7 +493,11 @@ class Runner:
                                       stream=stream, row_blocks=1 if IS_SIM else None)
         nz = B.nc if b is None else max(1, attention.max_chunks(b.max_keys))
         Ra = B.att_rows
-        for r0 in range(0, R, Ra):
+        sim_host = IS_SIM and self.sim_gemv  # host stand-in (the kernels' own simulator tests cover them)
+        if sim_host:
+            glue.sim_attention(B.q[:R], cc.k[fl], cc.v[fl], ks, vs, m.view("row_slot", R), m.view("nk", R),
+                               m.view("tmask", R), m.view("tbase", R), self.scale, qg, B.att[:R])
+        for r0 in range(0, 0 if sim_host else R, Ra):
             n = min(Ra, R - r0)
             sl = slice(r0, r0 + n)
             rs = m.view("row_slot", R)[sl]
