@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from numba import cuda, float32, int32
 
+from tensorfold.kernels._device import IS_SIM
+
 VS = 32
 NW = 4
 NT = VS * NW
@@ -186,7 +188,8 @@ def launch_gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf, *,
 def launch_conv_commit(tail, xlog, parent, seg_slot, seg_leaf, *, stream=0, blocks=None):
     n = seg_slot.shape[0] * tail.shape[0] * tail.shape[3]
     nb = blocks or max(1, min(2048, (n + 255) // 256))
-    k_conv_commit[nb, 256, stream](tail, xlog, parent, seg_slot, seg_leaf)
+    # grid-stride: any block size works; the simulator runs a Python thread per GPU thread
+    k_conv_commit[nb, 32 if IS_SIM else 256, stream](tail, xlog, parent, seg_slot, seg_leaf)
 
 
 def launch_kv_compact(k, v, k_scale, v_scale, parent, cache_idx, seg_slot, seg_leaf, seg_dst0, *, stream=0):
