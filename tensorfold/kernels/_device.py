@@ -151,6 +151,7 @@ if not IS_SIM:
 
 def _install_sim_shared_lock():
     try:
+        import sys
         import threading
 
         from numba.cuda.simulator import kernelapi as _ka
@@ -165,10 +166,14 @@ def _install_sim_shared_lock():
     def array(self, shape, dtype, alignment=None):
         if shape == 0:
             return orig(self, shape, dtype, alignment)
-        import sys
-        import traceback
-
-        caller = traceback.extract_stack(sys._getframe())[-2][0:2]
+        # the caller's (file, line), the key numba's version takes from traceback.extract_stack(...)[-2][0:2];
+        # read from the frame directly (extract_stack stats every file on the stack through linecache, which
+        # dominated simulator time for kernels calling device functions with shared buffers in a loop)
+        f = sys._getframe(1)
+        caller = (f.f_code.co_filename, f.f_lineno)
+        res = self._allocations.get(caller)  # found: a plain dict read (atomic under the GIL)
+        if res is not None:
+            return res
         with lock:
             res = self._allocations.get(caller)
             if res is None:
@@ -186,8 +191,98 @@ def _install_sim_shared_lock():
     return True
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# simulator speed: numba-cuda's BlockManager.run waits for a block's threads by polling them in a busy Python loop
+# (every live thread's flags, is_alive(), a rebuilt set per pass), which competes for the GIL with the simulated
+# threads and took a third or more of the simulator's time. Same barrier semantics, driven by one condition
+# variable instead: a block's threads all start before any barrier can release; `syncthreads()` releases when every
+# thread still running has reached it (threads that returned do not count, as in numba's version); the first
+# thread to raise aborts the others (their pending and later barriers raise) and its exception is re-raised.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _install_sim_block_barrier():
+    try:
+        import threading
+
+        from numba.cuda.simulator import kernel as _k
+    except Exception:  # pragma: no cover
+        return False
+    BM = getattr(_k, "BlockManager", None)
+    BT = getattr(_k, "BlockThread", None)
+    if BM is None or BT is None or not hasattr(BT, "syncthreads"):
+        return False
+    if getattr(BM, "_tf_barrier", False):
+        return True
+    thread_run = BT.run  # runs the target, stores an exception in self.exception
+
+    def _release(m):  # holding m._tf_cond
+        m._tf_blocked = 0
+        m._tf_gen += 1
+        m._tf_cond.notify_all()
+
+    def run_thread(self):
+        try:
+            thread_run(self)
+        finally:
+            m = self._manager
+            with m._tf_cond:
+                m._tf_live -= 1
+                if self.exception is not None and m._tf_failed is None:
+                    m._tf_failed = self
+                if m._tf_blocked and m._tf_blocked == m._tf_live:
+                    _release(m)
+                m._tf_cond.notify_all()
+
+    def syncthreads(self):
+        if self.abort:
+            raise RuntimeError("abort flag set on syncthreads call")
+        m = self._manager
+        with m._tf_cond:
+            gen = m._tf_gen
+            m._tf_blocked += 1
+            if m._tf_blocked == m._tf_live:
+                _release(m)
+            else:
+                while m._tf_gen == gen and not self.abort:
+                    m._tf_cond.wait()
+        if self.abort:
+            raise RuntimeError("abort flag set on syncthreads clear")
+
+    def run_block(self, grid_point, *args):
+        self._tf_cond = threading.Condition(threading.Lock())
+        self._tf_blocked = 0
+        self._tf_gen = 0
+        self._tf_failed = None
+
+        def target():
+            self._f(*args)
+
+        threads = [BT(target, self, grid_point, bp, self._debug) for bp in np.ndindex(*self._block_dim)]
+        self._tf_live = len(threads)
+        for t in threads:
+            t.start()
+        with self._tf_cond:
+            while self._tf_live > 0 and self._tf_failed is None:
+                self._tf_cond.wait()
+            failed = self._tf_failed
+            if failed is not None:
+                for t in threads:
+                    t.abort = True
+                self._tf_cond.notify_all()
+        if failed is not None:
+            raise failed.exception[0].with_traceback(failed.exception[1])
+
+    BT.run = run_thread
+    BT.syncthreads = syncthreads
+    BM.run = run_block
+    BM._tf_barrier = True
+    return True
+
+
 if IS_SIM:
     _install_sim_shared_lock()
+    _install_sim_block_barrier()
 
 
 # ----------------------------------------------------------------------------------------------------------------

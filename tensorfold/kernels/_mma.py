@@ -122,9 +122,27 @@ else:
 
     def _pair(u):
         u = int(u) & 0xFFFFFFFF
-        lo = np.array([u & 0xFFFF], np.uint32) << np.uint32(16)
-        hi = np.array([u >> 16], np.uint32) << np.uint32(16)
-        return float(lo.view(np.float32)[0]), float(hi.view(np.float32)[0])
+        lo = np.uint32((u & 0xFFFF) << 16).view(np.float32)
+        hi = np.uint32((u >> 16) << 16).view(np.float32)
+        return float(lo), float(hi)
+
+    # where each lane's register halves land: A (16 x 16) from a0..a3, B (16 x 8) from b0, b1; index [lane, reg,
+    # half] into the flattened matrices (the fragment table in the module docstring)
+    def _fragment_index():
+        ia = np.zeros((32, 4, 2), np.intp)
+        ib = np.zeros((32, 2, 2), np.intp)
+        for ln in range(32):
+            g, t = ln >> 2, ln & 3
+            for h in range(2):
+                ia[ln, 0, h] = g * 16 + 2 * t + h
+                ia[ln, 1, h] = (g + 8) * 16 + 2 * t + h
+                ia[ln, 2, h] = g * 16 + 2 * t + 8 + h
+                ia[ln, 3, h] = (g + 8) * 16 + 2 * t + 8 + h
+                ib[ln, 0, h] = (2 * t + h) * 8 + g
+                ib[ln, 1, h] = (2 * t + 8 + h) * 8 + g
+        return ia.reshape(-1), ib.reshape(-1)
+
+    _IA, _IB = _fragment_index()
 
     @cuda.jit(device=True)
     def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
@@ -135,17 +153,16 @@ else:
         base = tid - (tid % 32)
         lanes = [buf[base + j] for j in range(32)]
         cuda.syncthreads()
+        # every lane decodes the whole warp's registers (vectorised): [lane, reg] uint32 -> (low, high) bf16 halves
+        # as fp32 -> float64, scattered into A and B by the fragment layout
+        R = np.array([[int(v) & 0xFFFFFFFF for v in regs] for regs in lanes], np.uint32)
+        halves = np.stack([R << np.uint32(16), (R >> np.uint32(16)) << np.uint32(16)], axis=-1)
+        with np.errstate(invalid="ignore"):  # signalling-NaN codes: quieted silently, as float() does
+            vals = halves.view(np.float32).astype(np.float64)  # [lane, reg, half]
         A = np.zeros((16, 16))
         Bm = np.zeros((16, 8))
-        for ln in range(32):
-            g, t = ln >> 2, ln & 3
-            ra0, ra1, ra2, ra3, rb0, rb1 = lanes[ln]
-            A[g, 2 * t], A[g, 2 * t + 1] = _pair(ra0)
-            A[g + 8, 2 * t], A[g + 8, 2 * t + 1] = _pair(ra1)
-            A[g, 2 * t + 8], A[g, 2 * t + 9] = _pair(ra2)
-            A[g + 8, 2 * t + 8], A[g + 8, 2 * t + 9] = _pair(ra3)
-            Bm[2 * t, g], Bm[2 * t + 1, g] = _pair(rb0)
-            Bm[2 * t + 8, g], Bm[2 * t + 9, g] = _pair(rb1)
+        A.reshape(-1)[_IA] = vals[:, :4].reshape(-1)
+        Bm.reshape(-1)[_IB] = vals[:, 4:].reshape(-1)
         lane = tid % 32
         g, t = lane >> 2, lane & 3
         D = A @ Bm
