@@ -365,11 +365,13 @@ def _embed(wt, ids, out, stream):
 
 
 def prompt_graphs_on() -> bool:
-    """Prompt chunks by CUDA-graph replay (``Runner._prompt_graphed``) when ``TENSORFOLD_PROMPT_GRAPH`` is 1 (read
-    at each forward, for A/B runs in one process); 0 or unset: eager launches."""
+    """Prompt chunks by CUDA-graph replay (``Runner._prompt_graphed``) unless ``TENSORFOLD_PROMPT_GRAPH`` is 0 (read
+    at each forward, for A/B runs in one process). Default on on the GPU: an eager 2B prompt chunk is host-bound
+    (benchmarks/results/prompt_2026-11-30_a4de245.md: 512 tokens 200 ms eager vs 38 ms replayed, GPU time 38 ms).
+    Default off in the simulator (no graphs there; the padded rows would only slow the simulated tests down)."""
     import os
 
-    return os.environ.get("TENSORFOLD_PROMPT_GRAPH", "0") == "1"
+    return os.environ.get("TENSORFOLD_PROMPT_GRAPH", "0" if IS_SIM else "1") == "1"
 
 
 class Runner:
@@ -598,15 +600,18 @@ class Runner:
         return max(R, min(b, self.rows_cap))
 
     def _prompt_graphed(self, batch, n_out, argmax, valid_vocab, sample, all_rows, stream):
-        """A prompt chunk by CUDA-graph replay: the batch is padded to ``prompt_bucket(R)`` rows (padding rows have
-        slot -1: nothing is written for them, every real row's values are those of the eager forward, since no
+        """A prompt chunk by CUDA-graph replay: the batch is padded to ``prompt_bucket(R)`` rows and a power of two
+        of segments (padding rows and segments have slot -1: nothing is written for them, every real row's values are those of the eager forward, since no
         kernel's result for a row depends on the others), the grids are sized from the bucket and the buffers'
         capacity instead of the batch (attention splits: ``buf.nc``; chunk grid: the bucket), so one graph per
         (rows bucket, segments, outputs) serves any start position. The first chunk of a key runs eagerly (that
         compiles everything) and is then captured; later ones replay. In the simulator: the padded launches run
         eagerly (what the graph would replay)."""
         Rb = self.prompt_bucket(batch.R)
-        S = batch.S
+        S = 1
+        while S < batch.S:  # segments padded to a power of two (padding segments: slot -1, length 0)
+            S *= 2
+        S = max(batch.S, min(S, self.meta.S))
         self.meta.write(batch.pad(Rb, S), stream=stream)
         key = (Rb, S, n_out, bool(argmax), sample is not None, valid_vocab, all_rows)
 

@@ -27,27 +27,33 @@ def test_bucket_rule(micro, micro_arena):
 
 
 def test_graphed_prompt_equals_eager(micro, micro_arena, monkeypatch):
+    """Three streams in one chunk (rows padded 6 -> 8, segments 3 -> 4), then a continuation chunk of one of them
+    (T > 0): graphed == eager, logits and caches, bit for bit."""
     rng = np.random.default_rng(5)
-    run = make_runner(micro, micro_arena, kv="bf16", slots=4, rows=8, prompt_rows=8)
+    run = make_runner(micro, micro_arena, kv="bf16", slots=6, rows=8, prompt_rows=8)
     st = cuda.stream()
-    P, Q, C = _ids(rng, 2), _ids(rng, 3), _ids(rng, 2)
-    # eager: slots 0 (P) and 1 (Q) in one batch, then a continuation chunk C of slot 1
+    P, Q, U, C = _ids(rng, 2), _ids(rng, 3), _ids(rng, 1), _ids(rng, 2)
     monkeypatch.setenv("TENSORFOLD_PROMPT_GRAPH", "0")
-    le, _ = run.forward(F.prompt_batch([(0, P, 0), (1, Q, 0)]), stream=st)
+    le, _ = run.forward(F.prompt_batch([(0, P, 0), (1, Q, 0), (2, U, 0)]), stream=st)
     lec, _ = run.forward(F.prompt_batch([(1, C, len(Q))]), stream=st)
-    # graphed (padded to 8 rows): the same on slots 2 and 3
     monkeypatch.setenv("TENSORFOLD_PROMPT_GRAPH", "1")
-    lg, _ = run.forward(F.prompt_batch([(2, P, 0), (3, Q, 0)]), stream=st)
-    lgc, _ = run.forward(F.prompt_batch([(3, C, len(Q))]), stream=st)
+    lg, _ = run.forward(F.prompt_batch([(3, P, 0), (4, Q, 0), (5, U, 0)]), stream=st)
+    lgc, _ = run.forward(F.prompt_batch([(4, C, len(Q))]), stream=st)
     assert not np.isnan(lg).any()
     assert np.array_equal(lg, le)
     assert np.array_equal(lgc, lec)
     cc = run.caches
     rec, conv = cc.rec.copy_to_host(), cc.conv.copy_to_host()
     k, v = cc.k.copy_to_host(), cc.v.copy_to_host()
-    n = len(Q) + len(C)
-    for a, b, m in ((0, 2, len(P)), (1, 3, n)):
+    for a, b, m in ((0, 3, len(P)), (1, 4, len(Q) + len(C)), (2, 5, len(U))):
         assert np.array_equal(rec[:, a], rec[:, b])
         assert np.array_equal(conv[:, a], conv[:, b])
         assert np.array_equal(k[:, a, :m], k[:, b, :m])
         assert np.array_equal(v[:, a, :m], v[:, b, :m])
+
+
+def test_default_off_in_simulator(monkeypatch):
+    monkeypatch.delenv("TENSORFOLD_PROMPT_GRAPH", raising=False)
+    assert F.prompt_graphs_on() is False
+    monkeypatch.setenv("TENSORFOLD_PROMPT_GRAPH", "1")
+    assert F.prompt_graphs_on() is True
