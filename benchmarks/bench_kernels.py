@@ -256,6 +256,8 @@ def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=
                 peer=torch_matmul_peer(ctx, R, out, inp) if peer else None)
 
 
+GEMV_VARIANTS: list = []  # --variants: the affine group's variants to time (empty: all)
+
 GEMV_VSHAPES = [  # (model, label, out, in): the variant table's shapes (4-bit g64)
     ("9B", "gate", 12288, 4096), ("9B", "down", 4096, 12288), ("27B", "gate", 17408, 5120),
     ("27B", "down", 5120, 17408), ("2B", "head", 248320, 2048),
@@ -285,7 +287,10 @@ def _affine_cases(ctx):
         y8 = cuda.device_array((8, out), dtype="float32")
         ys = {1: y8[:1], 8: y8}
         plans = [(v, A.plan_tc(out, inp, bits, group, variant=v)) for v in A.TC_VARIANTS]
+        plans += [(v, A.plan_xs(out, inp, bits, group, v)) for v in getattr(A, "XS_VARIANTS", {})]
         plans.append(("cuda-core", A._plan_cuda_core(out, inp, bits, group)))
+        if GEMV_VARIANTS:
+            plans = [(v, p) for v, p in plans if v in GEMV_VARIANTS]
         for v, plan in plans:
             ws = cuda.device_array((plan.ks, 8, out), dtype="float32") if plan.ks > 1 else None
             for R in ((1,) if v == "cuda-core" else (1, 8)):
@@ -296,7 +301,8 @@ def _affine_cases(ctx):
                     return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, plan, ws=ws, stream=s, no=no)
 
                 geo = (f"NO=8 tpb {plan.tpb} ks {plan.ks}" if no else
-                       f"mt {plan.mt} u {plan.u} d {plan.depth if plan.pipe else 0} warps {plan.tpb // 32} ks {plan.ks}")
+                       f"mt {plan.mt} u {plan.u} d {plan.depth if plan.pipe else 0} warps {plan.tpb // 32} ks {plan.ks}"
+                       + (" x-staged" if getattr(plan, "xs", False) else ""))
                 cases.append(Case(name=f"qgemv 4b g64 {label} [{v}]", model=model,
                                   shape=f"R={R} {out}x{inp} ({geo})",
                                   nbytes=wbytes + R * inp * 4 + R * out * 4, flops=2 * R * out * inp,
@@ -356,6 +362,33 @@ def _qextra_cases(ctx):
                           nbytes=out * inp // 2 + R * (inp + out) * 4, flops=2 * R * out * inp,
                           launches=[lambda s, keep=keep: A.launch_qgemm(P, S, B, x, y, 4, 64, stream=s)],
                           peer=torch_matmul_peer(ctx, R, out, inp), n_in_graph=5))
+    return cases
+
+
+@register("norm")
+def _norm_cases(ctx):
+    """add + RMSNorm (and plain RMSNorm) at 1 and 8 rows of the 2B / 9B / 27B hidden sizes: the scalar kernel
+    (``vec=False``, before) and the vectorized one-pass kernel (the launch default)."""
+    from tensorfold.kernels import norms as N
+
+    cases = []
+    for model, (H, I, V) in SHAPES.items():
+        for R in (1, 8):
+            x, _a = ctx["rand_f32"]((R, H))
+            h, _b = ctx["rand_f32"]((R, H))
+            m, _c = ctx["rand_f32"]((H,))
+            y = ctx["cuda"].device_array((R, H), dtype="float32")
+            for vec in (False, True):
+                cases.append(Case(name=f"add_rms_norm {'vec' if vec else 'scalar'}", model=model, shape=f"R={R} H={H}",
+                                  nbytes=4 * R * H * 4 + H * 4, n_in_graph=50,
+                                  launches=[lambda s, x=x, h=h, m=m, y=y, vec=vec, k=(_a, _b, _c):
+                                            N.launch_add_rms_norm(x, h, m, y, 1e-6, stream=s, vec=vec)]))
+            if R == 1:
+                for vec in (False, True):
+                    cases.append(Case(name=f"rms_norm {'vec' if vec else 'scalar'}", model=model, shape=f"R={R} H={H}",
+                                      nbytes=2 * R * H * 4 + H * 4, n_in_graph=50,
+                                      launches=[lambda s, x=x, m=m, y=y, vec=vec, k=(_a, _c):
+                                                N.launch_rms_norm(x, m, y, 1e-6, stream=s, vec=vec)]))
     return cases
 
 
@@ -425,7 +458,9 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--only", default="")
     ap.add_argument("--no-b", action="store_true", help="skip part B's entries (benchmarks/bench_kernels_b.py)")
+    ap.add_argument("--variants", default="", help="comma list of GEMV variants for the affine group (default all)")
     args = ap.parse_args(argv)
+    GEMV_VARIANTS[:] = [v for v in args.variants.split(",") if v]
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
     kb = None
     if not args.no_b:

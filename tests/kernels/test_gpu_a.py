@@ -118,6 +118,31 @@ def test_qgemm_prompt():
     _check(y.copy_to_host(), ref, bound)
 
 
+@pytest.mark.parametrize("H", [2048, 4096, 5120, 96])
+def test_norms_vectorized_rows_1_and_8(H):
+    """The vectorized one-pass add + RMSNorm and RMSNorm (float4 a thread, 4 / 4 / 5 a thread at the 2B / 9B / 27B
+    widths; 96: one block of 32 threads with idle ones) at 1 and 8 rows against the numpy twin (rtol
+    1e-5) and the residual h (rtol 1e-6); the scalar kernel on the same input within the same tolerance."""
+    cuda = _cuda()
+    from tensorfold.kernels import norms as N
+    from tensorfold.reference import ops
+
+    for R in (1, 8):
+        x = rng.standard_normal((R, H)).astype(np.float32)
+        h = (rng.standard_normal((R, H)) * 3).astype(np.float32)
+        mult = rng.standard_normal(H).astype(np.float32)
+        ry, rh = ops.add_rms_norm(x, h, mult, 1e-6)
+        for vec in (True, False):
+            dh = cuda.to_device(h)
+            y = cuda.to_device(np.full((R, H), np.nan, np.float32))
+            N.launch_add_rms_norm(cuda.to_device(x), dh, cuda.to_device(mult), y, 1e-6, vec=vec)
+            np.testing.assert_allclose(dh.copy_to_host(), rh, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(y.copy_to_host(), ry, rtol=1e-5, atol=1e-5)
+            y2 = cuda.to_device(np.full((R, H), np.nan, np.float32))
+            N.launch_rms_norm(cuda.to_device(h), cuda.to_device(mult), y2, 1e-6, vec=vec)
+            np.testing.assert_allclose(y2.copy_to_host(), ops.rms_norm(h, mult, 1e-6), rtol=1e-5, atol=1e-5)
+
+
 def test_norms_activations_embedding():
     cuda = _cuda()
     from tensorfold.kernels import activations as Ak

@@ -192,3 +192,59 @@ def test_cuda_core_fallback_still_correct():
     A.launch_qgemv(*(cuda.to_device(a) for a in (P, S, B, x)), y, 4, 64, plan, ws=ws)
     ref, bound = _ref(x, P, S, B, 4, 64)
     _check(y.copy_to_host(), ref, bound)
+
+
+# ------------------------------------------------------------------------- x-staged kernel (XS_VARIANTS)
+
+
+def _xs_names():
+    """Every x-staged variant except ``xsnp`` (the same kernel without the L2 prefetch, a benchmark control)."""
+    from tensorfold.kernels import affine as A
+
+    return [v for v in getattr(A, "XS_VARIANTS", {}) if v != "xsnp"]
+
+
+@pytest.mark.parametrize("label", list(VSHAPES))
+@pytest.mark.parametrize("variant", _xs_names())
+def test_qgemv_xs_real_shapes_rows_1_8_16(variant, label):
+    """x-staged plan at the 9B gate, 27B down and 2B head: 8 rows against the reference, 16 rows (the two-n-tile
+    kernel, run by twice the warps) for the MLP shapes; rows 0 / 7 alone == in 8, rows 0..7 of 16 == the 8-row
+    launch, row 15 alone == in 16, bit for bit."""
+    cuda = _cuda()
+    from tensorfold.kernels import affine as A
+
+    dev, x, ref, bound = _vshape(cuda, label)
+    out, inp, rows = VSHAPES[label]
+    dev.plan = A.plan_xs(out, inp, 4, 64, variant)
+    assert dev.plan.xs
+    y8 = dev(x[:8])
+    _check(y8, ref[:8], bound[:8])
+    for r in (0, 7):
+        y1 = dev(x[r:r + 1])
+        assert np.array_equal(y1.view(np.uint32), y8[r:r + 1].view(np.uint32)), f"row {r} alone != in 8 ({dev.plan})"
+    if rows == 16:
+        y16 = dev(x)
+        _check(y16, ref, bound)
+        assert np.array_equal(y16[:8].view(np.uint32), y8.view(np.uint32)), f"rows 0..7: 16 != 8 ({dev.plan})"
+        y1 = dev(x[15:16])
+        assert np.array_equal(y1.view(np.uint32), y16[15:16].view(np.uint32)), f"row 15 alone != in 16 ({dev.plan})"
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 64), (8, 128), (2, 128)])
+def test_qgemv_xs_formats(bits, group):
+    """Other tensor-core formats through the x-staged kernel at 4096 x 4096 (1, 2, 4 and 8 weight words a lane and
+    group; scale words 8 / 2 / 1 / 4 groups a load): 10 rows (two n-tiles) against the reference, row 9 alone ==
+    in 10."""
+    cuda = _cuda()
+    from tensorfold.kernels import affine as A
+
+    out, inp = 4096, 4096
+    P, S, B = _rand_q(out, inp, bits, group)
+    dev = _Dev(cuda, P, S, B, bits, group)
+    dev.plan = A.plan_xs(out, inp, bits, group, "xs")
+    x = rng.standard_normal((10, inp)).astype(np.float32)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    y = dev(x)
+    _check(y, ref, bound)
+    y1 = dev(x[9:10])
+    assert np.array_equal(y1.view(np.uint32), y[9:10].view(np.uint32))

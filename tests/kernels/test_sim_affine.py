@@ -232,6 +232,9 @@ def test_tc_pipelined_form(bits, group):
 # ------------------------------------------------------------------------- latency variants (TC_VARIANTS)
 
 NEW_VARIANTS = ["w16", "w16d2", "w16d3", "sk", "skd2"]
+# simulated kernels: only the variants some shape uses by default (the others run in the GPU tier's variant test
+# at real shapes; the simulator tier keeps its minutes for the defaults)
+SIM_VARIANTS = ["sk"]
 
 
 def test_tc_variant_plans_and_env(monkeypatch):
@@ -266,7 +269,7 @@ def test_tc_variant_plans_and_env(monkeypatch):
         A.plan_qgemv(12288, 4096, 4, 64)
 
 
-@pytest.mark.parametrize("variant", NEW_VARIANTS)
+@pytest.mark.parametrize("variant", SIM_VARIANTS)
 def test_tc_latency_variant(variant):
     """Each variant's kernel (its tile, groups per iteration and prefetch depth) with more warps than C entries per
     warp tile (warps that store nothing), uneven warp ranges and warps with no group, split-K across blocks for the
@@ -291,17 +294,57 @@ def test_tc_latency_variant(variant):
         assert np.array_equal(yr.view(np.uint32), y[r:r + 1].view(np.uint32)), f"row {r}"
 
 
-@pytest.mark.parametrize("variant,bits,group", [("w16d2", 8, 128), ("w16d3", 2, 64), ("skd2", 8, 32)])
-def test_tc_latency_variant_formats(variant, bits, group):
-    """Other formats through the deeper-prefetch variants (words per lane and group 1, 2 and 8)."""
-    cfg = A.TC_VARIANTS[variant]
-    ks = 2 if cfg["ks_blocks"] else 1
-    out, K = 18, 5 * group
+# ------------------------------------------------------------------------- x-staged kernel (XS_VARIANTS)
+
+
+def _xs_plan(out, K, bits, group, xk, ks=1, nw=1, mt=1):
+    return A.GemvPlan(out, K, bits, group, 32 * nw, ks, True, mt, A._xs_u(bits, group, xk, mt), False, 1, "xs", True, xk)
+
+
+def test_xs_plans_real_shapes(monkeypatch):
+    """x-staged geometry at the real shapes: whole 512-input chunks split into ks ranges, at least the variant's
+    block count when the shape allows, independent of rows; the switch selects it; rows that are not whole chunks
+    fall back to a warp-split variant."""
+    real = ((12288, 4096), (4096, 12288), (17408, 5120), (5120, 17408), (248320, 2048), (2048, 6144))
+    for v, cfg in A.XS_VARIANTS.items():
+        for out, K in real:
+            p = A.plan_xs(out, K, 4, 64, v)
+            nbx = -(-out // (16 * cfg["mt"] * cfg["nw"]))
+            nch = K // A.XS_K
+            assert p.xs and p.tc and p.tpb == 32 * cfg["nw"] and 1 <= p.ks <= nch, (v, p)
+            assert nbx * p.ks >= min(cfg["blocks"], nbx * nch), (v, p)
+    monkeypatch.setenv("TENSORFOLD_GEMV_VARIANT", "xs")
+    assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_xs(12288, 4096, 4, 64, "xs")
+    assert not A.plan_qgemv(4096, 4160, 4, 64).xs  # 4160 inputs: not whole chunks
+    assert not A.plan_qgemv(4096, 4096, 6, 64).tc
+
+
+def test_xs_rows_alone_equal_rows_together_split_k():
+    """9 rows (two n-tiles: the kernel with twice the warps and one row tile a warp) through 2 chunks split across
+    2 blocks (workspace reduce) against the reference; row 8 alone (one n-tile, two row tiles a warp, zero B
+    columns for the absent rows) == the same row of the 9-row launch, bit for bit."""
+    out, K, bits, group, xk = 12, 128, 4, 64, 64
     P, S, B = _q(out, K, bits, group)
-    x = rng.standard_normal((3, K)).astype(np.float32)
-    plan = A.GemvPlan(out, K, bits, group, 64, ks, True, cfg["mt"], cfg["u"], True, cfg["depth"], variant)
-    ws = np.full((ks, 3, out), np.nan, np.float32) if ks > 1 else None
-    y = np.full((3, out), np.nan, np.float32)
-    A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
+    x = rng.standard_normal((9, K)).astype(np.float32)
+    plan = _xs_plan(out, K, bits, group, xk, ks=2, mt=2)
+    y = np.full((9, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=np.full((2, 9, out), np.nan, np.float32))
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(y, ref, bound, tol=1e-5)
+    y1 = np.full((1, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x[8:9], y1, bits, group, plan, ws=np.full((2, 1, out), np.nan, np.float32))
+    assert np.array_equal(y1.view(np.uint32), y[8:9].view(np.uint32))
+
+
+@pytest.mark.parametrize("bits,group,sd,mt", [(4, 32, "bf16", 1), (2, 64, "bf16", 2), (8, 128, "f16", 2)])
+def test_xs_formats(bits, group, sd, mt):
+    """Formats with 1, 1 and 8 words a lane and group; scale words loaded 8 / 4 groups at a time (bf16) or one by
+    one (float16); rows past the out edge (and a second row tile with mt=2)."""
+    out, K, xk = 14 * mt, 256, 256
+    kw = {} if sd == "bf16" else {"scale_dtype": sd}
+    P, S, B = _q(out, K, bits, group, **kw)
+    x = rng.standard_normal((2, K)).astype(np.float32)
+    y = np.full((2, out), np.nan, np.float32)
+    A.launch_qgemv(P, S, B, x, y, bits, group, _xs_plan(out, K, bits, group, xk, mt=mt))
     ref, bound = _ref(x, P, S, B, bits, group)
     _check(y, ref, bound, tol=1e-5)
