@@ -20,6 +20,11 @@ checkpoint files from the page cache with posix_fadvise, so the read is from dis
 
     python benchmarks/bench_decode.py --geometry 27b --load-only --cold
 
+``--host-split``: before the decode rows, per stream count, where a step's time goes (``host_split``): the
+captured graph replayed alone (device time), with a sync per replay, ``DecodeGraphs.step`` and
+``CudaBackend.decode_sample`` on the fast and on the generic host path, and pipelined steps (``launch_step``
+k + 1 before ``wait_step`` k).
+
 ``--peer``: after our rows, transformers' ``Qwen3_5ForCausalLM`` in bf16 (torch on the GPU; fla's kernels when
 importable, else transformers' torch path) at the same full geometry with random weights: greedy decode of
 ``--peer-tokens`` tokens after a 32-token prompt at 1 and 8 streams (batch), tok/s = streams x tokens / (time
@@ -154,7 +159,79 @@ def _sample_rows(lens, vocab):
     return [SampleRow(0.0, 0, 1.0, 0.0, 0, n, vocab) for n in lens]
 
 
-def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32, profile=()):
+def host_split(be, n, steps, log, rng, decode_prompt=32, tag=""):
+    """Where one decode step of ``n`` streams spends its time, ms per step (``--host-split``):
+
+    - ``replay``: the captured bucket graph launched ``steps`` times, one sync at the end (device time alone);
+    - ``replay+sync``: the same with a stream sync after every launch (adds the launch / wake-up latency);
+    - ``step`` / ``step generic``: ``DecodeGraphs.step_list`` (metadata writes, replay, ids copied back, sync)
+      on the fast path and on the generic batch builders (the path before the fast one);
+    - ``decode_sample`` / ``decode_sample generic``: the backend call the engine makes (checks, bookkeeping);
+    - ``pipelined``: ``launch_step`` of step k + 1 (ids chained on the device) before ``wait_step`` of step k.
+    Rows are greedy; each loop continues the streams (lengths advance), ``replay`` reruns one step's inputs."""
+    g = be.graphs
+    V = be.vocab_size
+    slots = [be.new_slot() for _ in range(n)]
+    toks = []
+    for s in slots:
+        ids = [int(x) for x in rng.integers(0, min(V, 240000), decode_prompt)]
+        toks.append(be.prefill_sample(s, ids, 0, _sample_rows([decode_prompt], V)[0]))
+    for _ in range(3):
+        toks = be.decode_sample(slots, toks, _sample_rows([be._lens[s] for s in slots], V))
+    b = g.bucket(n)
+    res = {}
+    sync = g.stream.synchronize
+    if g.use_graphs and b in g.graphs:
+        g.replay(b, 2)
+        sync()
+        t = time.perf_counter()
+        g.replay(b, steps)
+        sync()
+        res["replay"] = (time.perf_counter() - t) / steps
+        t = time.perf_counter()
+        for _ in range(steps):
+            g.replay(b, 1)
+            sync()
+        res["replay+sync"] = (time.perf_counter() - t) / steps
+    for fast in (True, False):
+        g.fast_step = fast
+        lens0 = [be._lens[s] for s in slots]
+        plan = [( [x + k for x in lens0], _sample_rows([x + k + 1 for x in lens0], V)) for k in range(steps)]
+        t = time.perf_counter()
+        for lens, rows in plan:
+            toks = g.step_list(slots, toks, lens, rows)
+        res["step" if fast else "step generic"] = (time.perf_counter() - t) / steps
+        for s in slots:
+            be._lens[s] += steps
+    for fast in (True, False):
+        g.fast_step = fast
+        t = time.perf_counter()
+        for _ in range(steps):
+            rows = _sample_rows([be._lens[s] + 1 for s in slots], V)
+            toks = be.decode_sample(slots, toks, rows)
+        res["decode_sample" if fast else "decode_sample generic"] = (time.perf_counter() - t) / steps
+    g.fast_step = True
+    lens0 = [be._lens[s] for s in slots]
+    plan = [([x + k for x in lens0], _sample_rows([x + k + 1 for x in lens0], V)) for k in range(steps)]
+    t = time.perf_counter()
+    tk = g.launch_step(slots, toks, *plan[0])
+    for lens, rows in plan[1:]:
+        nxt = g.launch_step(slots, None, lens, rows, chain=True)
+        toks = g.wait_step(tk)
+        tk = nxt
+    toks = g.wait_step(tk)
+    res["pipelined"] = (time.perf_counter() - t) / steps
+    for s in slots:
+        be._lens[s] += steps
+        be.free(s)
+    parts = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in res.items())
+    log(f"{tag}host split {n:3d} streams (bucket {b}), ms/step: {parts}")
+    log(f"{tag}host split {n:3d} streams, tok/s: " + ", ".join(f"{k} {n / v:.0f}" for k, v in res.items()))
+    return res
+
+
+def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32, profile=(),
+                   split=False):
     from tensorfold.model.checkpoint import load_checkpoint
     from tensorfold.runtime.backend import CudaBackend
     from tensorfold.runtime.caches import plan_caches
@@ -162,7 +239,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     d = _synth_dir(geom, root, log)
     ck = load_checkpoint(d)
     c = ck.config
-    ctx = max(prompts) + 64
+    ctx = max(max(prompts), decode_prompt + (6 * steps + 8 if split else steps + 8)) + 64
     nmax = max(streams)
     t = time.perf_counter()
     be = CudaBackend(ck.tensors, c, parallel=nmax, context=ctx, kv_cache="bf16", prompt_rows=prompt_rows,
@@ -182,6 +259,11 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     rows = []
     for n in profile:
         profile_step(be, n, log)
+    if split:
+        for n in streams:
+            res = host_split(be, n, steps, log, rng, decode_prompt, tag=f"[{geom}] ")
+            for k, v in res.items():
+                rows.append((f"decode, {k}", n, n / v, v * 1e3, None, 0.0))
     for n in streams:
         slots = [be.new_slot() for _ in range(n)]
         toks = []
@@ -392,6 +474,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; skip geometries once exceeded")
     ap.add_argument("--tests", default=None, help="pytest arguments to run after the first geometry in this process (the GPU tier "
                     "shares the compiled kernels with the benchmark), e.g. '-m gpu tests/runtime -s'")
+    ap.add_argument("--host-split", action="store_true", help="per stream count first: graph replay alone, "
+                    "DecodeGraphs.step (fast and generic), decode_sample (fast and generic), pipelined steps")
     ap.add_argument("--load-only", action="store_true", help="time the startup only (synthesise if absent)")
     ap.add_argument("--cold", action="store_true", help="with --load-only: drop the checkpoint from the page cache")
     ap.add_argument("--peer", action="store_true", help="also time transformers' Qwen3_5ForCausalLM (bf16) decode")
@@ -445,7 +529,8 @@ def main(argv=None):
         else:
             rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log,
                                          decode_prompt=a.decode_prompt,
-                                         profile=[int(x) for x in a.profile.split(",") if x])
+                                         profile=[int(x) for x in a.profile.split(",") if x],
+                                         split=a.host_split)
         table += [(g,) + r for r in rows]
         if a.peer:
             table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,

@@ -185,11 +185,22 @@ class CudaBackend(Backend):
     def decode_sample(self, slots: Sequence[int], ids: Sequence[int], rows: Sequence[SampleRow]) -> list[int]:
         if not slots:
             return []
-        lens = self._check_decode(slots, ids)
-        out = self.graphs.step(list(slots), [int(t) for t in ids], lens, list(rows))
+        # the checks of _check_decode, in its order, with the common case in one pass (errors: _check_decode)
+        if len(slots) != len(ids):
+            self._check_decode(slots, ids)
+        ln = self._lens
+        try:
+            lens = [ln[s] for s in slots]
+        except KeyError:
+            lens = self._check_decode(slots, ids)
+        if max(lens) >= self.context:
+            self._check_decode(slots, ids)
+        if not isinstance(rows, (list, tuple)):
+            rows = list(rows)
+        out = self.graphs.step_list(slots, ids, lens, rows)
         for s in slots:
-            self._lens[s] += 1
-        return [int(t) for t in out]
+            ln[s] += 1
+        return out
 
     def describe(self) -> dict:
         return {"backend": self.name, "kv_cache": self.kv_cache, "weights_device": self.arena.weight_format,

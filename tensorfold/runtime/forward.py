@@ -29,6 +29,7 @@ xlog [NLl, Rl, C]; xlog1 [R, C] (prompt conv tails); attention partials m, l [Ra
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -176,6 +177,95 @@ def prompt_batch(streams, all_logits=False) -> Batch:
     return _assemble("prompt", [_chain(s, int(T), ids) for s, ids, T in streams], all_logits)
 
 
+# ------------------------------------------------------------------------------------------------ raw copies
+
+
+_HANDLES: dict = {}  # (thread, id(stream)) -> (stream, driver handle)
+
+
+def _stream_handle(stream):
+    """The driver handle (int) of a numba stream (0: the default stream), cached per thread; the first use on a
+    thread also makes numba's context current there (the raw driver calls below bypass numba's context check)."""
+    key = (threading.get_ident(), id(stream))
+    e = _HANDLES.get(key)
+    if e is not None and e[0] is stream:
+        return e[1]
+    from numba.cuda.cudadrv.driver import _stream_handle as sh
+
+    cuda.current_context()
+    h = int(sh(stream)) if stream else 0
+    _HANDLES[key] = (stream, h)
+    return h
+
+
+class _H2D:
+    """An asynchronous host-to-device copy of a whole pinned host array into a same-size device array, issued
+    straight to the driver with the pointers taken once (a numba ``copy_to_device`` re-validates both arrays on
+    every call). The simulator uses ``copy_to_device``."""
+
+    def __init__(self, dev, host):
+        self.dev, self.host = dev, host
+        self.nbytes = int(host.nbytes)
+        if IS_SIM:
+            return
+        from numba.cuda.cudadrv import driver as drv
+
+        assert dev.nbytes == host.nbytes and host.flags.c_contiguous
+        self._fn = drv.driver.cuMemcpyHtoDAsync
+        self._d = int(drv.device_pointer(dev))
+        self._h = int(host.ctypes.data)
+
+    def __call__(self, stream=0, nbytes=None):
+        if IS_SIM:
+            self.dev.copy_to_device(self.host, stream=stream)
+            return
+        self._fn(self._d, self._h, self.nbytes if nbytes is None else nbytes, _stream_handle(stream))
+
+
+class _D2H:
+    """An asynchronous device-to-host copy of the first ``n`` elements of a device array into a preallocated
+    pinned host array (driver call with cached pointers; ``copy_to_host`` in the simulator)."""
+
+    def __init__(self, dev, host):
+        self.dev, self.host = dev, host
+        self.item = int(host.itemsize)
+        if IS_SIM:
+            return
+        from numba.cuda.cudadrv import driver as drv
+
+        assert dev.dtype == host.dtype and host.flags.c_contiguous
+        self._fn = drv.driver.cuMemcpyDtoHAsync
+        self._d = int(drv.device_pointer(dev))
+        self._h = int(host.ctypes.data)
+
+    def __call__(self, n: int, stream=0):
+        if IS_SIM:
+            self.dev[:n].copy_to_host(self.host[:n], stream=stream)
+            return
+        self._fn(self._h, self._d, n * self.item, _stream_handle(stream))
+
+
+class _D2D:
+    """An asynchronous device-to-device copy of the first ``n`` elements of one device array into another."""
+
+    def __init__(self, dst, src):
+        self.dst, self.src = dst, src
+        self.item = int(np.dtype(src.dtype).itemsize)
+        if IS_SIM:
+            return
+        from numba.cuda.cudadrv import driver as drv
+
+        self._fn = drv.driver.cuMemcpyDtoDAsync
+        self._d = int(drv.device_pointer(dst))
+        self._s = int(drv.device_pointer(src))
+
+    def __call__(self, n: int, stream=0):
+        if IS_SIM:
+            self.dst[:n].copy_to_device(self.src[:n], stream=stream)
+            return
+        self._fn(self._d, self._s, n * self.item, _stream_handle(stream))
+
+
 # ------------------------------------------------------------------------------------------------ device meta
 
 
@@ -183,7 +273,9 @@ class Meta:
     """Static int32 device metadata for up to ``R`` rows and ``S`` segments, with named views.
 
     ``write(batch)`` fills the pinned host copy and copies it to the device on ``stream`` (asynchronously);
-    kernels captured into a graph keep pointing at the same views."""
+    kernels captured into a graph keep pointing at the same views. ``write_step(slots, ids, lens)`` is the decode
+    fast path: the same host bytes as ``write(step_batch(slots, ids, lens).pad(R, S))`` without building the
+    batch (the rows that depend only on the row count are rewritten when it changes)."""
 
     def __init__(self, R: int, S: int):
         self.R, self.S = R, S
@@ -202,6 +294,9 @@ class Meta:
         o0 = self._off["iota"][0]
         self.host[o0:o0 + R] = np.arange(R, dtype=np.int32)
         self.dev.copy_to_device(self.host)
+        self.hv = {k: self.host[o:o + cap] for k, (o, cap) in self._off.items()}  # host views per field
+        self._step_n = None  # row count of the step layout now in ``host`` (None: written by ``write``)
+        self._copy = _H2D(self.dev, self.host)
 
     def view(self, name: str, n: int | None = None):
         o, cap = self._off[name]
@@ -211,6 +306,7 @@ class Meta:
         if b.R > self.R or b.S > self.S or len(b.sel) > self.R:
             raise ValueError(f"Meta: batch of {b.R} rows / {b.S} segments exceeds {self.R} / {self.S}")
         h = self.host
+        self._step_n = None
         for k in ROW_FIELDS:
             o, _ = self._off[k]
             h[o:o + b.R] = b.rows[k]
@@ -221,10 +317,48 @@ class Meta:
         h[o:o + len(b.sel)] = b.sel
         self.dev.copy_to_device(h, stream=stream)
 
+    def _step_layout(self, n: int) -> None:
+        """The parts of ``step_batch(n rows).pad(R, S)`` that depend on n only (padding rows / segments, parents,
+        tree fields, ``sel``)."""
+        v, R, S = self.hv, self.R, self.S
+        for k, pad in (("ids", 0), ("row_slot", -1), ("pos", 0), ("cache_idx", -1), ("nk", 0)):
+            v[k][n:] = pad
+        v["parent"][:] = -1
+        v["tmask"][:] = 0
+        v["tbase"][:] = 0
+        v["sel"][:] = np.arange(R, dtype=np.int32)
+        ar = np.arange(n, dtype=np.int32)
+        for k, real, pad in (("seg_row0", ar, 0), ("seg_len", 1, 0), ("seg_commit", 1, 0), ("seg_leaf", ar, -1),
+                             ("seg_slot", None, -1), ("seg_dst0", None, 0)):
+            if real is not None:
+                v[k][:n] = real
+            v[k][n:S] = pad
+        self._step_n = n
+
+    def write_step(self, slots, ids, lens, stream=0) -> None:
+        """``write(step_batch(slots, ids, lens).pad(R, S))`` (one row per stream, committed), byte for byte."""
+        n = len(slots)
+        if n > self.R or n > self.S:
+            raise ValueError(f"Meta: batch of {n} rows / {n} segments exceeds {self.R} / {self.S}")
+        if self._step_n != n:
+            self._step_layout(n)
+        v = self.hv
+        sl = np.array(slots, np.int32)
+        ln = np.array(lens, np.int32)
+        v["ids"][:n] = ids
+        v["row_slot"][:n] = sl
+        v["seg_slot"][:n] = sl
+        v["pos"][:n] = ln
+        v["cache_idx"][:n] = ln
+        v["seg_dst0"][:n] = ln
+        np.add(ln, 1, out=v["nk"][:n])
+        self._copy(stream)
+
 
 class SampleMeta:
     """Static device buffers of the sampler's per-row knobs (``kernels.sample.launch_sample``), rewritten from
-    ``SampleRow``s before each forward / replay."""
+    ``SampleRow``s before each forward / replay (``write``; ``write_fast``: the same host bytes with a few
+    vectorised assignments and driver-level copies, for the decode step)."""
 
     def __init__(self, R: int):
         self.R = R
@@ -238,6 +372,7 @@ class SampleMeta:
         self.di = cuda.to_device(self.hi)
         self.dl = cuda.to_device(self.hl)
         self.n = R
+        self._copies = (_H2D(self.df, self.hf), _H2D(self.di, self.hi), _H2D(self.dl, self.hl))
 
     def write(self, rows, stream=0) -> None:
         n = len(rows)
@@ -251,6 +386,21 @@ class SampleMeta:
         self.df.copy_to_device(self.hf, stream=stream)
         self.di.copy_to_device(self.hi, stream=stream)
         self.dl.copy_to_device(self.hl, stream=stream)
+
+    def write_fast(self, rows, stream=0) -> None:
+        """``write(rows)`` byte for byte (rows n.. keep their earlier knobs, temperature 0): one float and one
+        int conversion for all rows, then one driver copy per host array."""
+        n = len(rows)
+        if n > self.R:
+            raise ValueError(f"SampleMeta: {n} rows exceed {self.R}")
+        if n:
+            self.hf[:, :n] = np.array([(r.temperature, r.top_p, r.min_p) for r in rows], np.float64).T
+            q = np.array([(r.top_k, r.seed, r.position) for r in rows], np.int64)
+            self.hi[:n] = q[:, 0]
+            self.hl[:, :n] = q[:, 1:].T
+        self.hf[0, n:] = 0.0
+        for c in self._copies:
+            c(stream)
 
     def launch(self, logits, out, valid_vocab, stream=0) -> None:
         from tensorfold.kernels import sample as ks

@@ -28,11 +28,16 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.kernels._device import IS_SIM
-from tensorfold.runtime.forward import MAX_WINDOW, Batch, Meta, step_batch
+from tensorfold.runtime.forward import _D2D, _D2H, MAX_WINDOW, Batch, Meta, step_batch
 
 __all__ = ["DecodeGraphs", "buckets_for", "WINDOW_BUCKETS"]
 
 WINDOW_BUCKETS = (2, 4, 8, MAX_WINDOW)  # rows per stream of the window / tree graphs
+
+
+def _event():
+    """A CUDA event without timing (the cheaper one to synchronise on); the simulator's takes no arguments."""
+    return cuda.event() if IS_SIM else cuda.event(timing=False)
 
 
 def buckets_for(n_max: int) -> list[int]:
@@ -61,6 +66,14 @@ class DecodeGraphs:
         self._wfailed: set = set()  # window shapes whose capture failed (they run eagerly)
         self._core_stream = None
         self.capture_error = None
+        # decode fast path (``fast_step``): metadata written in place (``Meta.write_step``,
+        # ``SampleMeta.write_fast``), the ids copied back into a preallocated pinned buffer; False: the generic
+        # batch builders (the same bytes, slower; kept for comparison and as the reference of the tests)
+        self.fast_step = True
+        self.tok_host = cuda.pinned_array(max(self.buckets[-1], 1), np.int32)
+        self._tok_copy = _D2H(runner.buf.tok, self.tok_host)
+        self._pipe = None  # launch_step's buffers (made on first use)
+        self._pipe_last = None
 
     def bucket(self, n: int) -> int:
         for b in self.buckets:
@@ -140,6 +153,7 @@ class DecodeGraphs:
         if len(batch.sel) != batch.R:
             raise ValueError("DecodeGraphs.forward: a window / tree graph returns every row")
         shape = self.window_shape(batch)
+        self._pipe_last = None
         if shape is None:  # too many rows for the static buffers: the runner's eager forward
             return self.run.forward(batch, logits=logits, sample_rows=sample_rows, stream=self.stream)
         b, w = shape
@@ -192,8 +206,51 @@ class DecodeGraphs:
 
     def step(self, slots, ids, lens, rows) -> np.ndarray:
         """One token per stream (``rows``: SampleRow per stream) -> sampled ids [n] (numpy int32)."""
+        if not (self.fast_step and len(slots) and len(ids) == len(lens) == len(rows) == len(slots)):
+            return self._step_generic(slots, ids, lens, rows)
+        n = self._step_fast(slots, ids, lens, rows)
+        return self.tok_host[:n].copy()
+
+    def step_list(self, slots, ids, lens, rows) -> list:
+        """``step`` returning a list of Python ints (what ``CudaBackend.decode_sample`` hands the engine)."""
+        if not (self.fast_step and len(slots) and len(ids) == len(lens) == len(rows) == len(slots)):
+            return self._step_generic(slots, ids, lens, rows).tolist()
+        n = self._step_fast(slots, ids, lens, rows)
+        return self.tok_host[:n].tolist()
+
+    def _step_fast(self, slots, ids, lens, rows) -> int:
+        """Write the step's metadata in place, replay (or launch eagerly), copy the n ids into ``tok_host``, sync.
+        The same static inputs, byte for byte, as ``_step_generic``."""
         n = len(slots)
         b = self.bucket(n)
+        self._pipe_last = None  # a later chained launch_step must not take its ids from before this step
+        if rows:
+            vv = rows[0].valid_vocab
+            if vv and vv != self.valid_vocab:  # the sampler's vocabulary bound is captured: recapture
+                self.valid_vocab = int(vv)
+                self.graphs.clear()
+        st = self.stream
+        meta, sm = self.metas[b], self.run.sample_meta
+        meta.write_step(slots, ids, lens, stream=st)
+        sm.write_fast(rows, stream=st)
+        g = self.graphs.get(b) if self.use_graphs else None
+        if self.use_graphs and g is None:
+            self.capture(b)
+            meta.write_step(slots, ids, lens, stream=st)
+            sm.write_fast(rows, stream=st)
+            g = self.graphs[b]
+        if g is not None:
+            g.launch(self._core_stream)
+        else:
+            self._launch(b, st)
+        self._tok_copy(n, st)
+        st.synchronize()
+        return n
+
+    def _step_generic(self, slots, ids, lens, rows) -> np.ndarray:
+        n = len(slots)
+        b = self.bucket(n)
+        self._pipe_last = None
         vv = rows[0].valid_vocab if rows else None
         if vv and vv != self.valid_vocab:  # the sampler's vocabulary bound is captured: recapture for a new one
             self.valid_vocab = int(vv)
@@ -213,6 +270,82 @@ class DecodeGraphs:
         out = self.run.buf.tok[:n].copy_to_host(stream=self.stream)
         self.stream.synchronize()
         return out
+
+    # ---------------------------------------------------------------------------------------- pipelined steps
+
+    def launch_step(self, slots, ids, lens, rows, *, chain: bool = False) -> tuple:
+        """Pipelined decode (optional; the synchronous ``step`` is the default): enqueue one step and return at
+        once with a ticket for :meth:`wait_step`. ``chain=True``: the input ids are the ids the previous
+        ``launch_step`` drew (the same ``slots`` in the same order), copied on the device (``ids`` is ignored),
+        so step k + 1 can be enqueued before the host has read step k's ids. Rules: the previous launch's slots
+        equal these when chaining; nothing but launch_step / wait_step may use the runner between a launch and
+        its wait (the sampler knobs and the bucket metadata are shared); every ticket is waited for, oldest
+        first. The device work is the same as ``step``'s (the same static inputs, byte for byte, then the same
+        graph), so the ids are the same bit for bit."""
+        n = len(slots)
+        if not (n and len(lens) == n and len(rows) == n and (chain or len(ids) == n)):
+            raise ValueError(f"launch_step: {n} slots, {len(lens)} lengths, {len(rows)} rows")
+        if chain and self._pipe_last != tuple(slots):
+            raise ValueError("launch_step: chain=True needs the previous launch's slots, in the same order")
+        b = self.bucket(n)
+        if rows:
+            vv = rows[0].valid_vocab
+            if vv and vv != self.valid_vocab:
+                self.valid_vocab = int(vv)
+                self.graphs.clear()
+        p = self._pipe
+        if p is None:  # lazily: two token staging buffers, the chained ids, events
+            p = self._pipe = {
+                "tok": [cuda.pinned_array(max(self.buckets[-1], 1), np.int32) for _ in range(2)],
+                "prev": cuda.device_array(max(self.buckets[-1], 1), np.int32),
+                "done": [_event() for _ in range(2)],
+                "staged": _event(), "k": 0, "staged_ok": True}
+            p["d2h"] = [_D2H(self.run.buf.tok, h) for h in p["tok"]]
+            p["keep"] = _D2D(p["prev"], self.run.buf.tok)
+        st = self.stream
+        meta, sm = self.metas[b], self.run.sample_meta
+        if self.use_graphs and b not in self.graphs:
+            st.synchronize()  # launches in flight may still read the pinned staging buffers capture rewrites
+            p["staged_ok"] = True
+            self.capture(b)
+        if not p["staged_ok"]:
+            p["staged"].synchronize()  # the previous launch's host -> device copies have left the pinned buffers
+        meta.write_step(slots, [0] * n if chain else ids, lens, stream=st)
+        sm.write_fast(rows, stream=st)
+        p["staged"].record(st)
+        p["staged_ok"] = False
+        if chain:
+            cp = p.get(("chain", b))
+            if cp is None:
+                cp = p[("chain", b)] = _D2D(meta.view("ids"), p["prev"])
+            cp(n, st)
+        if self.use_graphs:
+            self.graphs[b].launch(self._core_stream)
+        else:
+            self._launch(b, st)
+        p["keep"](n, st)
+        k = p["k"] % 2
+        p["d2h"][k](n, st)
+        p["done"][k].record(st)
+        p["k"] += 1
+        self._pipe_last = tuple(slots)
+        return (k, n, p["k"])
+
+    def wait_step(self, ticket) -> list:
+        """The ids [n] (Python ints) of the ``launch_step`` that returned ``ticket``."""
+        k, n, seq = ticket
+        p = self._pipe
+        if seq <= p["k"] - 2:
+            raise ValueError("wait_step: a ticket older than the last two launches (its buffer was reused)")
+        p["done"][k].synchronize()
+        return p["tok"][k][:n].tolist()
+
+    def replay(self, b: int, k: int = 1) -> None:
+        """Launch the captured bucket-b step graph ``k`` times over whatever static inputs are in place (no
+        metadata writes, no copies, no sync): the device side of a step, for timing."""
+        g = self.graphs[b]
+        for _ in range(k):
+            g.launch(self._core_stream)
 
     def logits(self, n: int) -> np.ndarray:
         """Logits [n, V] of the last step (a device-to-host copy)."""

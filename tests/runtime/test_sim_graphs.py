@@ -10,6 +10,7 @@ and after a tree verify + commit). The GPU tier (test_gpu_graphs.py) checks real
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.runtime.conftest import make_runner
 from tests.runtime.test_sim_forward import _caches_equal
@@ -49,3 +50,148 @@ def test_window_and_tree_graph_path(micro, micro_arena):
     _caches_equal(run, 2, 3, T + 2)
     # both shapes went through the bucketed static metadata (the graphs' inputs)
     assert set(dg.wmetas) == {(1, 4)}
+
+
+# ------------------------------------------------------------------------------------------------ decode fast path
+
+
+def _rand_rows(rng, n, vocab=512):
+    rows = []
+    for _ in range(n):
+        greedy = rng.random() < 0.5
+        rows.append(SampleRow(temperature=0.0 if greedy else float(rng.uniform(0.05, 2.0)),
+                              top_k=int(rng.choice([0, 1, 5, 40])), top_p=float(rng.uniform(0.1, 1.0)),
+                              min_p=float(rng.choice([0.0, rng.uniform(0, 0.3)])),
+                              seed=int(rng.integers(0, 2**63 - 1, dtype=np.int64)), position=int(rng.integers(0, 10**6)),
+                              valid_vocab=vocab))
+    return rows
+
+
+def test_fast_meta_bytes_equal_generic():
+    """``Meta.write_step`` / ``SampleMeta.write_fast`` leave the same host (and device) bytes as the generic
+    ``Meta.write(step_batch(...).pad(b, b))`` / ``SampleMeta.write``, over random slots, lengths, ids and knobs,
+    with the row count changing inside a bucket and generic writes (a capture's padding batch) in between."""
+    from tensorfold.runtime.graphs import _padding_batch
+
+    rng = np.random.default_rng(5)
+    for b in (1, 2, 4, 8):
+        mg, mf = F.Meta(b, b), F.Meta(b, b)
+        sg, sf = F.SampleMeta(2 * b), F.SampleMeta(2 * b)
+        for it in range(12):
+            if it % 5 == 4:  # a generic write between fast ones (capture writes padding rows)
+                for m in (mg, mf):
+                    m.write(_padding_batch(b))
+                for s in (sg, sf):
+                    s.write([])
+            n = int(rng.integers(1, b + 1))
+            slots = [int(x) for x in rng.permutation(64)[:n]]
+            ids = [int(x) for x in rng.integers(0, 248320, n)]
+            lens = [int(x) for x in rng.integers(0, 40000, n)]
+            rows = _rand_rows(rng, n)
+            mg.write(F.step_batch(slots, ids, lens).pad(b, b))
+            mf.write_step(slots, ids, lens)
+            assert mg.host.tobytes() == mf.host.tobytes(), (b, it, n)
+            assert np.array_equal(mg.dev.copy_to_host(), mf.dev.copy_to_host())
+            sg.write(rows)
+            sf.write_fast(rows)
+            for a, c in ((sg.hf, sf.hf), (sg.hi, sf.hi), (sg.hl, sf.hl)):
+                assert a.tobytes() == c.tobytes(), (b, it, n)
+            for a, c in ((sg.df, sf.df), (sg.di, sf.di), (sg.dl, sf.dl)):
+                assert a.copy_to_host().tobytes() == c.copy_to_host().tobytes()
+    # the fast path refuses what the generic one refuses
+    m = F.Meta(2, 2)
+    with pytest.raises(ValueError):
+        m.write_step([0, 1, 2], [1, 2, 3], [0, 0, 0])
+    with pytest.raises(ValueError):
+        F.SampleMeta(2).write_fast(_rand_rows(rng, 3))
+
+
+def test_fast_generic_pipelined_steps_equal(micro, micro_arena):
+    """Three steps of two streams from the same prompts on three slot groups: ``DecodeGraphs.step_list`` (fast
+    path) on slots 0, 1; ``step`` on the generic builders (``fast_step = False``, the oracle) on slots 2, 3; and
+    pipelined ``launch_step`` (step k + 1 enqueued with its ids chained on the device before ``wait_step`` of
+    step k) on slots 4, 5. Bit for bit: the ids of every step, the bucket metadata and sampler knobs left on the
+    host (fast == generic but the slot columns), the caches afterwards. Seeded temperature rows and a greedy one;
+    misuse of the pipeline is refused."""
+    rng = np.random.default_rng(8)
+    run = make_runner(micro, micro_arena, kv="bf16", slots=6, ctx=16, rows=8, prompt_rows=12)
+    dg = DecodeGraphs(run, 2)
+    P = [[int(x) for x in rng.integers(0, 512, k)] for k in (3, 2)]
+    for k in (0, 1):
+        run.forward(F.prompt_batch([(s, P[k], 0) for s in (k, k + 2, k + 4)]), logits=False)
+    lens0 = [3, 2]
+    t0 = [int(x) for x in rng.integers(0, 512, 2)]
+    K = 3
+    plan = []
+    for k in range(K):
+        rows = [SampleRow(0.0 if i == 0 and k == 1 else float(rng.uniform(0.5, 1.5)), int(rng.choice([0, 7])),
+                          float(rng.uniform(0.5, 1.0)), 0.0, int(rng.integers(0, 2**62)), lens0[i] + k + 1, 512)
+                for i in range(2)]
+        plan.append(([x + k for x in lens0], rows))
+    gen, fast = [], []
+    tf = tg = t0
+    meta, sm = dg.metas[2], run.sample_meta
+    ro, so = meta._off["row_slot"][0], meta._off["seg_slot"][0]
+    for lens, rows in plan:
+        dg.fast_step = True
+        tf = dg.step_list([0, 1], tf, lens, rows)
+        host_f = [meta.host.copy(), sm.hf.copy(), sm.hi.copy(), sm.hl.copy()]
+        dg.fast_step = False
+        out_g = dg.step([2, 3], tg, lens, rows)
+        assert isinstance(out_g, np.ndarray) and out_g.dtype == np.int32
+        tg = [int(t) for t in out_g]
+        host_f[0][ro:ro + 2] += 2  # the same bytes but the slot columns (fast: 0, 1; generic: 2, 3)
+        host_f[0][so:so + 2] += 2
+        for a, c in zip(host_f, (meta.host, sm.hf, sm.hi, sm.hl)):
+            assert a.tobytes() == c.tobytes()
+        fast.append(tf)
+        gen.append(tg)
+    assert fast == gen
+    # a chain that lost its ids would feed the zeros the host writes in their place: not the same ids
+    assert 0 not in t0 and all(0 not in x for x in gen)
+    dg.fast_step = True
+    with pytest.raises(ValueError, match="previous launch's slots"):
+        dg.launch_step([4, 5], None, *plan[0], chain=True)
+    piped = []
+    tk = dg.launch_step([4, 5], t0, *plan[0])
+    for lens, rows in plan[1:]:
+        nxt = dg.launch_step([4, 5], None, lens, rows, chain=True)
+        piped.append(dg.wait_step(tk))
+        tk = nxt
+    piped.append(dg.wait_step(tk))
+    with pytest.raises(ValueError, match="older than"):
+        dg.wait_step((0, 2, 1))
+    assert piped == gen
+    for i in range(2):
+        _caches_equal(run, i + 2, i, lens0[i] + K)
+        _caches_equal(run, i + 2, i + 4, lens0[i] + K)
+
+
+def test_decode_sample_checks():
+    """``CudaBackend.decode_sample`` keeps its errors on the fast path (id / slot count mismatch, a slot not in
+    use, a full slot: the messages of ``_check_decode``), returns [] for no slots, hands ``DecodeGraphs.step_list``
+    the slots, ids, lengths and rows, and advances the lengths only on success. The graphs are a stub here (the
+    forward is covered above and in test_sim_backend)."""
+    from tensorfold.runtime.backend import CudaBackend
+
+    calls = []
+
+    class Stub:
+        def step_list(self, slots, ids, lens, rows):
+            calls.append((list(slots), list(ids), list(lens), list(rows)))
+            return [int(t) + 1 for t in ids]
+
+    be = CudaBackend.__new__(CudaBackend)
+    be.context, be._lens, be.graphs = 4, {0: 3, 2: 1}, Stub()
+    r = SampleRow(0.0, 0, 1.0, 0.0, 0, 4, 512)
+    assert be.decode_sample([], [], []) == []
+    with pytest.raises(ValueError, match="1 slots but 2 ids"):
+        be.decode_sample([0], [5, 6], [r])
+    with pytest.raises(KeyError, match="slot 1 is not in use"):
+        be.decode_sample([0, 1], [5, 6], [r, r])
+    out = be.decode_sample((2, 0), np.array([5, 9]), (r, r))
+    assert out == [6, 10] and calls[-1] == ([2, 0], [5, 9], [1, 3], [r, r])
+    assert be._lens == {0: 4, 2: 2}
+    with pytest.raises(ValueError, match="slot 0 is full"):
+        be.decode_sample([2, 0], [5, 9], [r, r])
+    assert be._lens == {0: 4, 2: 2} and len(calls) == 1
