@@ -476,6 +476,8 @@ def main(argv=None):
                     "shares the compiled kernels with the benchmark), e.g. '-m gpu tests/runtime -s'")
     ap.add_argument("--host-split", action="store_true", help="per stream count first: graph replay alone, "
                     "DecodeGraphs.step (fast and generic), decode_sample (fast and generic), pipelined steps")
+    ap.add_argument("--tests-first", action="store_true", help="run --tests before the first geometry (they "
+                    "compile what the benchmark then reuses; a failure or a slow benchmark cannot skip them)")
     ap.add_argument("--load-only", action="store_true", help="time the startup only (synthesise if absent)")
     ap.add_argument("--cold", action="store_true", help="with --load-only: drop the checkpoint from the page cache")
     ap.add_argument("--peer", action="store_true", help="also time transformers' Qwen3_5ForCausalLM (bf16) decode")
@@ -518,8 +520,11 @@ def main(argv=None):
         commit = "?"
     commit = os.environ.get("TF_COMMIT") or commit or "?"  # the device copy has no git metadata
     table = []
+    if a.tests and a.tests_first:
+        run_tests()
+        write_md(a, argv, commit, gpu, bw, test_rc[0], table, lines)
     for i, g in enumerate(geoms):
-        if a.tests and i == 1:  # GPU tests after the first geometry (they share its compiled kernels)
+        if a.tests and not a.tests_first and i == 1:  # GPU tests after the first geometry (they share its compiled kernels)
             run_tests()
         if time.perf_counter() - t0 > a.budget:
             log(f"[{g}] skipped: time budget of {a.budget:.0f} s spent")
@@ -536,7 +541,7 @@ def main(argv=None):
             table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,
                                                       tokens=a.peer_tokens, device=a.peer_device)]
         write_md(a, argv, commit, gpu, bw, test_rc[0], table, lines)  # after each geometry (a timeout keeps it)
-    if a.tests and len(geoms) == 1:
+    if a.tests and not a.tests_first and len(geoms) == 1:
         run_tests()
     write_md(a, argv, commit, gpu, bw, test_rc[0], table, lines)
     return 0
