@@ -165,6 +165,12 @@ class CudaBackend(Backend):
     def prefill_sample(self, slot: int, ids: Sequence[int], start_pos: int, row: SampleRow) -> int:
         return self._prefill(slot, ids, start_pos, False, row)
 
+    def prefill_many(self, jobs) -> list:
+        """Several streams' chunks packed into prompt forwards of up to ``prompt_rows`` rows (runtime.prefill)."""
+        from tensorfold.runtime.prefill import prefill_many
+
+        return prefill_many(self, jobs)
+
     def _check_decode(self, slots, ids):
         if len(slots) != len(ids):
             raise ValueError(f"decode: {len(slots)} slots but {len(ids)} ids")

@@ -55,3 +55,15 @@ def test_prefill_many_packs_by_rows():
     J = lambda n: PrefillJob(0, [1] * n, 0)  # noqa: E731
     assert _groups([J(3), J(4), J(2), J(9), J(1)], 8) == [[0, 1], [2], [3], [4]]
     assert _groups([J(8)], 8) == [[0]]
+
+
+def test_backend_prefill_many_is_packed(micro, monkeypatch):
+    """CudaBackend.prefill_many (what the engine calls) goes through the packed path."""
+    import tensorfold.runtime.prefill as P
+
+    be = CudaBackend(micro.tensors, micro.config, parallel=2, context=16, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    seen = []
+    monkeypatch.setattr(P, "prefill_many", lambda b, jobs: seen.append(len(jobs)) or [None] * len(jobs))
+    assert be.prefill_many([PrefillJob(be.new_slot(), [1, 2], 0), PrefillJob(be.new_slot(), [3], 0)]) == [None] * 2
+    assert seen == [2]
