@@ -78,11 +78,17 @@ loop: their loop was ~1,370 SASS instructions per 4 KB of weights a warp (4-bit 
 follow the bytes. Here a block's warps (4 by default, 2 row tiles each, 128 rows) walk the SAME K range: per 512
 inputs the block writes x once into shared memory as ready mma B fragments (one 16-byte shared load per lane and
 k-step) plus per-quarter partial sums; batch rows at or past R are zeros there (no loads). Each warp then runs
-straight-line iterations whose next weight words AND scale words (one vector load of U consecutive bf16 scales a
-row) are in flight while the current ones decode (the bf16 magic in a register so mask + or is one LOP3); no
+iterations whose next weight words AND scale words (one vector load of U consecutive bf16 scales a row) are in
+flight while the current ones decode (the bf16 magic in a register so mask + or is one LOP3); no
 cross-warp sum. At each chunk (and for the block's next chunk) every warp issues ``prefetch.global.L2`` for its
 rows' weight lines and scale / bias sectors, so DRAM reads run ahead of the register double buffer without
-registers (``xsnp`` leaves it out); a block never loads past its own K range. ~1,360 instructions per 8 KB a warp (ptxas, sm_90). K is split into ``ks`` contiguous chunk
+registers (``xsnp`` leaves it out); a block never loads past its own K range. Measured on the H200 at 938dc6f
+(benchmarks/results/gemv_2026-11-30_938dc6f.md, 4-bit g64, R=1 / R=8 µs): 9B gate xs 29.3 / 34.2 vs pipe 21.9 /
+25.9; 27B down xs2 46.2 / 58.3 vs sk 45.2 / 52.7; 2B head xsu 178.9 / 209.1 vs sk 169.2 / 195.9: slower everywhere
+despite ~0.6x the instructions per byte, so it is NOT a default (``XS_DEFAULT_RULE`` is None); correct on the GPU
+(every variant at 9B gate / 27B down / 2B head, 8 and 16 rows, rows bit-for-bit independent). ptxas + nvdisasm,
+sm_90: ~1,500 instructions per 8 KB a warp in a chunk's compute (~1,950 with staging). K is split into ``ks``
+contiguous chunk
 ranges chosen from the shape (the fewest that give the variant's block count), partials summed by
 ``_splitk_reduce`` in order. Two n-tiles (9..16 rows) run the same block rows with twice the warps and one row
 tile each (registers); a row's arithmetic is the same in both kernels (bit-for-bit tests).
@@ -1478,7 +1484,8 @@ def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
     return _tc_shape_variant(out, inp)
 
 
-# Shapes (out, in) whose default is an x-staged variant: filled from the H200 measurement (see plan_qgemv)
+# A function (out, in, bits, group) -> x-staged variant name or None, consulted by plan_qgemv before the shape rule.
+# None: the H200 run at 938dc6f measured every x-staged variant slower than pipe / sk at every shape and row count.
 XS_DEFAULT_RULE = None
 
 

@@ -19,6 +19,7 @@ squares goes through a warp butterfly then a fixed-order sum over the block's wa
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from numba import cuda
@@ -128,8 +129,11 @@ gated_rms_norm_k = cuda.jit(gated_rms_norm_k)
 # vectorized one-pass forms (rows whose length is a multiple of 4): every thread owns VPT float4 columns, loads all
 # of them at once (16-byte loads: x, h, mult), keeps the sums h + x in registers for the second half, one block sum
 # (warp butterfly, warp partials in order through shared memory, one barrier a row: the partials alternate between
-# two shared slots). The old scalar kernels strided over the columns in a loop of dependent load round trips
-# (5.2 us for one 2048-wide row on the H200, gpu_session_2026-11-30_d1c29a7.md).
+# two shared slots). The scalar kernels stride over the columns in a loop of dependent load round trips: measured
+# on the H200 at 938dc6f (benchmarks/results/gemv_2026-11-30_938dc6f.md, graph replay) add + RMSNorm 4.8 / 7.6 /
+# 9.0 us at one 2048 / 4096 / 5120 row. The vectorized timing of that run (0.8-0.9 us) is NOT valid: the build's
+# stores had been removed as dead code (inline asm without side effects), so it measured an empty kernel; fixed
+# (``_st4`` is side-effecting, the PTX now holds the st.global.v4), not yet run on a GPU, hence opt-in.
 # ----------------------------------------------------------------------------------------------------------------
 
 if not IS_SIM:
@@ -171,8 +175,10 @@ if not IS_SIM:
             ptr = _ptr2(context, builder, sig.args[0], args[0], args[1], args[2], sig.args[1], sig.args[2])
             f = _ir.FloatType()
             vals = [context.cast(builder, v, t, _types.float32) for v, t in zip(args[3:], sig.args[3:])]
+            # side_effect: an asm with no outputs is otherwise dead code to LLVM (the whole kernel vanished: the
+            # H200 run at 938dc6f timed it at the launch floor and the GPU test saw unwritten outputs)
             asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [ptr.type] + [f] * 4),
-                                "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f")
+                                "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}", side_effect=True)
             builder.call(asm, [ptr] + vals)
             return context.get_dummy_value()
 
@@ -317,8 +323,16 @@ def _vec_ok(*arrs) -> bool:
     return True
 
 
-def launch_add_rms_norm(x, h, mult, y, eps, stream=0, max_blocks=None, vec=True):
-    """``vec``: the vectorized one-pass kernel when the row length allows (else the scalar kernel)."""
+def _vec_default() -> bool:
+    """The vectorized kernels are opt-in (``TENSORFOLD_NORM_VEC=1``) until a GPU run has checked them: the first
+    H200 run (938dc6f) measured a build whose 16-byte stores LLVM had dropped (fixed since, see ``_st4``)."""
+    return os.environ.get("TENSORFOLD_NORM_VEC", "0") == "1"
+
+
+def launch_add_rms_norm(x, h, mult, y, eps, stream=0, max_blocks=None, vec=None):
+    """``vec``: the vectorized one-pass kernel when the row length allows (else the scalar kernel); None = the
+    environment's choice (``_vec_default``)."""
+    vec = _vec_default() if vec is None else vec
     R = h.shape[0]
     g = R if max_blocks is None else min(R, max_blocks)
     geo = norm_v_geometry(h.shape[1]) if vec and _vec_ok(x, h, y, mult) else None
@@ -329,7 +343,8 @@ def launch_add_rms_norm(x, h, mult, y, eps, stream=0, max_blocks=None, vec=True)
     add_rms_norm_k[g, _TPB, stream](x, h, mult, y, np.float32(eps))
 
 
-def launch_rms_norm(x, mult, y, eps, stream=0, max_blocks=None, vec=True):
+def launch_rms_norm(x, mult, y, eps, stream=0, max_blocks=None, vec=None):
+    vec = _vec_default() if vec is None else vec
     R = x.shape[0]
     g = R if max_blocks is None else min(R, max_blocks)
     geo = norm_v_geometry(x.shape[1]) if vec and _vec_ok(x, y, mult) else None

@@ -102,3 +102,22 @@ def test_embed_dense():
     y = np.full((4, H), np.nan, np.float32)
     E.launch_embed_dense(ids, W, y, max_blocks=1)
     np.testing.assert_array_equal(y, bf16.to_f32(W)[ids])
+
+
+@pytest.mark.parametrize("n", [96, 264])
+def test_norms_vectorized(n):
+    """The vectorized one-pass kernels (vec=True: float4 a thread, 1 and 3 a thread here with idle lanes, two rows
+    through one grid-stride block: the alternating shared slots) against the twins."""
+    R = 2
+    x = rng.standard_normal((R, n)).astype(np.float32)
+    h = rng.standard_normal((R, n)).astype(np.float32)
+    mult = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    y = np.full((R, n), np.nan, np.float32)
+    h_dev = h.copy()
+    N.launch_add_rms_norm(x, h_dev, mult, y, 1e-6, max_blocks=1, vec=True)
+    ref_y, ref_h = ops.add_rms_norm(x, h, mult, 1e-6)
+    _close(h_dev, ref_h)
+    _close(y, ref_y)
+    y2 = np.full((R, n), np.nan, np.float32)
+    N.launch_rms_norm(h, mult, y2, 1e-6, max_blocks=1, vec=True)
+    _close(y2, ops.rms_norm(h, mult, 1e-6))
