@@ -15,6 +15,18 @@ graph per shape serves both) are separate graphs. A verify replay leaves its log
 real rows' indices, so ``DecodeGraphs.commit`` (the runner's eager ``commit``) follows it like an eager verify.
 A shape beyond the buffers (R above the runner's logged rows) runs eagerly.
 
+Host side of a decode step (``step`` / ``step_list``, ``fast_step`` on): the bucket's pinned ``Meta`` rows are
+written in place (``Meta.write_step``: only the per-stream fields; the layout that depends on the row count is
+rewritten when it changes), the sampler knobs with one conversion (``SampleMeta.write_fast``), each host array
+copied by one driver-level async copy, the ids copied back into a preallocated pinned buffer, one stream sync:
+the same static inputs, byte for byte, as the generic builders (``fast_step = False``; tests compare both).
+Measured at 2B on the H200 (benchmarks/results/decode_host_2026-11-30_8fc4cd4.md): host time over the replay
+alone 1.0 ms -> 0.13 ms per step at 1 stream.
+
+Pipelined steps (optional, ``launch_step`` / ``wait_step``): step k + 1 is enqueued, its ids chained from step
+k's on the device, before the host reads step k's ids; two pinned id buffers and events keep the host from
+rewriting a staging buffer a copy still reads.
+
 Capture (``cuda.core``'s graph builder on the runner's stream): every kernel signature is compiled by one eager
 run of the same launch sequence first (padding rows only), because nothing may compile, allocate or sync inside
 a capture. ``DecodeGraphs.step(...)`` and ``forward(...)`` fall back to eager launches over the same static
