@@ -6,7 +6,8 @@ Run on the GPU machine: ``NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_gemm.py
 - Shapes (``--models``, default 2B,9B,27B): gate/up (``I x H``) and down (``H x I``), 4-bit group 64, 512 and 4096
   rows, v2 and v1 kernels (their outputs are compared: max |new - old| / max |old|); other formats
   (``--formats``, default 8-bit g64 and 4-bit g128) at the 9B gate/up shape with 512 rows (v2); ``--fp32`` adds
-  the fp32-FMA ``affine.qgemm``.
+  the fp32-FMA ``affine.qgemm``; ``--variants 1`` (default) other v2 geometries at 9B gate/up (their outputs must
+  equal the default geometry's bit for bit: the tiling decides who computes an output, never how).
 - Timing: ``bench_kernels.time_case`` (launches captured into one CUDA graph, median of 5 replays, per launch),
   after a warm-up launch (compilation). No weight rotation: at these row counts the GEMM is compute-bound.
 - Peer: torch bf16 ``matmul`` of bf16 x ``[R, in]`` by a bf16 weight ``[out, in]`` (CUDA events, median of 5).
@@ -33,6 +34,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 SHAPES = {"2B": (2048, 6144), "9B": (4096, 12288), "27B": (5120, 17408)}
+VARIANT_GEOS2 = [(2, 4, 4, 2), (4, 2, 4, 2), (2, 2, 4, 4)]  # other v2 geometries, 9B gate/up
 
 
 def main():
@@ -42,6 +44,7 @@ def main():
     ap.add_argument("--wait-max", type=float, default=120.0)
     ap.add_argument("--fp32", action="store_true", help="also time the fp32-FMA affine.qgemm")
     ap.add_argument("--models", default="2B,9B,27B")
+    ap.add_argument("--variants", type=int, default=1, help="time VARIANT_GEOS2 at 9B gate/up (0: off)")
     ap.add_argument("--formats", default="8g64,4g128", help="other formats (bits g group), 9B gate/up, 512 rows")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -122,6 +125,14 @@ def main():
                                                                                    stream=s, impl=impl), 10, fl)
                 checks.append((f"{model} {which} {shape} new vs old (max |new - old| / max |old|)", ys["new"],
                                ys["old"]))
+                if model == "9B" and which == "gate/up" and args.variants:
+                    for geo in VARIANT_GEOS2:
+                        yv = cuda.device_array((R, out), dtype="float32")
+                        keep.append(yv)
+                        add(dict(base, kernel=f"gemm tc new (v2) {'x'.join(map(str, geo))}"),
+                            lambda s, P=P, S=S, B=B, x=x, yv=yv, geo=geo: G.launch_qgemm(
+                                P, S, B, x, yv, 4, 64, stream=s, geo=geo, impl="new"), 10, fl)
+                        checks.append((f"{shape} v2 geo {geo} vs default geo", ys["new"], yv))
                 if args.fp32:
                     yo = cuda.device_array((R, out), dtype="float32")
                     keep.append(yo)
@@ -156,7 +167,6 @@ def main():
         a, b = ya.copy_to_host(), yb.copy_to_host()
         if "old" in what:
             import numpy as np
-
 
             d = float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
             check_res.append(f"{what}: {d:.2e}")
