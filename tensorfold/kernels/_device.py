@@ -192,12 +192,14 @@ def _install_sim_shared_lock():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# simulator speed: numba-cuda's BlockManager.run waits for a block's threads by polling them in a busy Python loop
-# (every live thread's flags, is_alive(), a rebuilt set per pass), which competes for the GIL with the simulated
-# threads and took a third or more of the simulator's time. Same barrier semantics, driven by one condition
-# variable instead: a block's threads all start before any barrier can release; `syncthreads()` releases when every
-# thread still running has reached it (threads that returned do not count, as in numba's version); the first
-# thread to raise aborts the others (their pending and later barriers raise) and its exception is re-raised.
+# simulator speed: numba-cuda's BlockManager.run starts one new OS thread per simulated thread of every block (about
+# 80 us each) and waits for them by polling in a busy Python loop (every live thread's flags, is_alive(), a rebuilt
+# set per pass), which competes for the GIL with the simulated threads. Same semantics, cheaper: simulated threads
+# run on a pool of reused worker threads (each one a BlockThread: threadIdx / blockIdx / syncthreads as before, set
+# per block), and the barrier is one condition variable. A block's threads all start before any barrier can release;
+# `syncthreads()` releases when every thread of the block still running has reached it (threads that returned do
+# not count, as in numba's version); the first thread to raise aborts the others (their pending and later barriers
+# raise) and its exception is re-raised. Blocks still run one at a time; debug launches keep numba's own threads.
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -206,6 +208,7 @@ def _install_sim_block_barrier():
         import threading
 
         from numba.cuda.simulator import kernel as _k
+        from numba.cuda.simulator.kernelapi import Dim3
     except Exception:  # pragma: no cover
         return False
     BM = getattr(_k, "BlockManager", None)
@@ -214,67 +217,110 @@ def _install_sim_block_barrier():
         return False
     if getattr(BM, "_tf_barrier", False):
         return True
-    thread_run = BT.run  # runs the target, stores an exception in self.exception
+    thread_run = BT.run  # runs self._target, stores an exception (with tid/ctaid in its message) in self.exception
+    orig_block_run = BM.run
+    free: list = []  # idle workers
+    free_lock = threading.Lock()
 
     def _release(m):  # holding m._tf_cond
         m._tf_blocked = 0
         m._tf_gen += 1
         m._tf_cond.notify_all()
 
-    def run_thread(self):
-        try:
-            thread_run(self)
-        finally:
+    def _finish(self, m):
+        with m._tf_cond:
+            m._tf_live -= 1
+            if self.exception is not None and m._tf_failed is None:
+                m._tf_failed = self
+            if m._tf_blocked and m._tf_blocked == m._tf_live:
+                _release(m)
+            m._tf_cond.notify_all()
+
+    class _Worker(BT):
+        def __init__(self):
+            threading.Thread.__init__(self, daemon=True)
+            self._tf_wake = threading.Event()
+            self._tf_job = None
+            self._manager = None
+            self.debug = False
+            self.abort = False
+            self.exception = None
+
+        def run(self):
+            while True:
+                self._tf_wake.wait()
+                self._tf_wake.clear()
+                m, target, grid_point, block_point = self._tf_job
+                self._tf_job = None
+                self.blockIdx = Dim3(*grid_point)
+                self.threadIdx = Dim3(*block_point)
+                bd = Dim3(*m._block_dim)
+                self.thread_id = self.threadIdx.x + bd.x * (self.threadIdx.y + bd.y * self.threadIdx.z)
+                self.exception = None
+                with m._tf_cond:  # against run_block's abort of this block
+                    self._manager = m
+                    self.abort = m._tf_aborted
+                self._target, self._args, self._kwargs = target, (), {}
+                try:
+                    thread_run(self)
+                finally:
+                    with free_lock:  # back in the pool before the block can complete: the next block reuses it
+                        free.append(self)
+                    _finish(self, m)
+
+        def syncthreads(self):
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
             m = self._manager
             with m._tf_cond:
-                m._tf_live -= 1
-                if self.exception is not None and m._tf_failed is None:
-                    m._tf_failed = self
-                if m._tf_blocked and m._tf_blocked == m._tf_live:
+                gen = m._tf_gen
+                m._tf_blocked += 1
+                if m._tf_blocked == m._tf_live:
                     _release(m)
-                m._tf_cond.notify_all()
-
-    def syncthreads(self):
-        if self.abort:
-            raise RuntimeError("abort flag set on syncthreads call")
-        m = self._manager
-        with m._tf_cond:
-            gen = m._tf_gen
-            m._tf_blocked += 1
-            if m._tf_blocked == m._tf_live:
-                _release(m)
-            else:
-                while m._tf_gen == gen and not self.abort:
-                    m._tf_cond.wait()
-        if self.abort:
-            raise RuntimeError("abort flag set on syncthreads clear")
+                else:
+                    while m._tf_gen == gen and not self.abort:
+                        m._tf_cond.wait()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
 
     def run_block(self, grid_point, *args):
+        if self._debug:
+            return orig_block_run(self, grid_point, *args)
         self._tf_cond = threading.Condition(threading.Lock())
         self._tf_blocked = 0
         self._tf_gen = 0
         self._tf_failed = None
+        self._tf_aborted = False
+        points = list(np.ndindex(*self._block_dim))
 
         def target():
             self._f(*args)
 
-        threads = [BT(target, self, grid_point, bp, self._debug) for bp in np.ndindex(*self._block_dim)]
-        self._tf_live = len(threads)
-        for t in threads:
-            t.start()
+        with free_lock:
+            take = min(len(free), len(points))
+            workers = [free.pop() for _ in range(take)]
+        new = [_Worker() for _ in range(len(points) - len(workers))]
+        workers += new
+        self._tf_live = len(points)
+        for w, bp in zip(workers, points):
+            w._tf_job = (self, target, grid_point, bp)
+        for w in new:
+            w.start()
+        for w in workers:
+            w._tf_wake.set()
         with self._tf_cond:
             while self._tf_live > 0 and self._tf_failed is None:
                 self._tf_cond.wait()
             failed = self._tf_failed
             if failed is not None:
-                for t in threads:
-                    t.abort = True
+                self._tf_aborted = True
+                for w in workers:
+                    if w._manager is self:  # started on this block (later starters take _tf_aborted)
+                        w.abort = True
                 self._tf_cond.notify_all()
         if failed is not None:
             raise failed.exception[0].with_traceback(failed.exception[1])
 
-    BT.run = run_thread
-    BT.syncthreads = syncthreads
     BM.run = run_block
     BM._tf_barrier = True
     return True
