@@ -50,6 +50,47 @@ if [ -s "${VARIANT_FILE:-/tmp/tf_variant}" ]; then
     echo "TENSORFOLD_GEMV_VARIANT=$TENSORFOLD_GEMV_VARIANT" | tee -a "$LOG"
 fi
 
+NORM_FLAG=${NORM_FLAG:-/tmp/tf_norm_vec}
+if has norm; then
+    # the vectorized add+RMSNorm / RMSNorm (opt-in until checked on a GPU): its GPU tests, then its timing; when
+    # the tests pass, "1" goes to $NORM_FLAG and later parts (of this track and of a second track) use it
+    echo "== vectorized norms: GPU tests and timing" | tee -a "$LOG"
+    timeout "${T_NORM:-90}" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -rfE tests/kernels/test_gpu_a.py \
+        -k "norm" >"$OUT/norm_gpu_tests.txt" 2>&1
+    rc=$?
+    echo "pytest exit code $rc" >>"$OUT/norm_gpu_tests.txt"
+    tail -5 "$OUT/norm_gpu_tests.txt" | tee -a "$LOG"
+    if [ $rc = 0 ]; then echo 1 >"$NORM_FLAG.tmp"; else echo 0 >"$NORM_FLAG.tmp"; fi
+    mv "$NORM_FLAG.tmp" "$NORM_FLAG"
+    timeout "${T_NORM_BENCH:-60}" $PY benchmarks/bench_kernels.py --no-b --only norm --out "$OUT" \
+        >"$OUT/norm_bench.txt" 2>&1
+    grep -E "^\| " "$OUT/norm_bench.txt" | tail -12 | tee -a "$LOG"
+fi
+if has synth; then  # write the synth checkpoints now (the GPU is not needed), so the norm flag can arrive meanwhile
+    for g in ${SYNTH_GEOMS:-27b}; do
+        timeout "${T_SYNTH:-150}" $PY - "$g" "$ROOT" <<'PYEOF' 2>&1 | tee -a "$LOG"
+import sys, time
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+from bench_decode import write_synth_any
+g, root = sys.argv[1], sys.argv[2]
+d = Path(root) / f"synth-{g}-4bit-g64"
+if not (d / "config.json").exists():
+    t = time.perf_counter()
+    write_synth_any(g, d, bits=4, group_size=64)
+    print(f"[{g}] wrote synth in {time.perf_counter() - t:.1f} s")
+PYEOF
+    done
+fi
+use_norm_flag() {  # wait up to $1 s for the norm flag; export TENSORFOLD_NORM_VEC=1 when it says the tests passed
+    for _ in $(seq 1 "$1"); do [ -f "$NORM_FLAG" ] && break; sleep 1; done
+    if [ "$(cat "$NORM_FLAG" 2>/dev/null)" = 1 ]; then
+        export TENSORFOLD_NORM_VEC=1
+    fi
+    echo "TENSORFOLD_NORM_VEC=${TENSORFOLD_NORM_VEC:-0} (flag: $(cat "$NORM_FLAG" 2>/dev/null || echo none))" | tee -a "$LOG"
+}
+if [ -n "${WAIT_NORM:-}" ]; then use_norm_flag "$WAIT_NORM"; fi
+
 if has tests; then
     echo "== GPU tests" | tee -a "$LOG"
     timeout "$T_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -ra ${GPU_TESTS:-tests} \
@@ -112,7 +153,9 @@ if has big; then
         echo "exit code $?" >>"$OUT/load_27b.txt"
         grep -vE "it/s\]|%\|" "$OUT/load_27b.txt" | tail -12 | tee -a "$LOG"
     fi
-    timeout "$T_BIG" $PY benchmarks/bench_decode.py --geometry 27b --root "$ROOT" --streams 1,8 --prompts 512 \
+    GEO_ARGS=""
+    for g in ${BIG_GEOMS:-27b}; do GEO_ARGS="$GEO_ARGS --geometry $g"; done
+    timeout "$T_BIG" $PY benchmarks/bench_decode.py $GEO_ARGS --root "$ROOT" --streams 1,8 --prompts 512 \
         --steps 20 ${BIG_FLAGS:-} --out "$OUT/decode_27b.md" >"$OUT/decode_27b.txt" 2>&1
     echo "exit code $?" >>"$OUT/decode_27b.txt"
     grep -vE "it/s\]|%\|" "$OUT/decode_27b.txt" | tail -30 | tee -a "$LOG"
