@@ -6,7 +6,11 @@ Owns
   S / B ``[out, in/group]`` as bf16 bits (uint16), float16 or float32, x float32 ``[R, in]``, y float32
   ``[R, out]``). Formats this kernel does not cover (bits 3/5/6, ``in`` not a multiple of 64, other groups) are
   passed on to ``affine.launch_qgemm`` (fp32 FMA).
-- ``get_gemm_pyfunc`` / ``get_gemm_kernel``: the generated kernels (one per bits x group x scale dtype x geometry).
+- ``get_gemm_pyfunc`` / ``get_gemm_kernel``: the generated v1 kernels (one per bits x group x scale dtype x
+  geometry); ``get_gemm_pyfunc_v2`` / ``get_gemm_kernel_v2`` the v2 kernels (bits 4 and 8).
+- Kernel choice: ``launch_qgemm(..., impl=)`` with ``"old"`` (v1 for every format) or ``"new"`` (v2 for 4 / 8 bits,
+  v1 for 2 bits); without ``impl`` the environment variable ``TENSORFOLD_GEMM=old|new``, else ``IMPL`` (``"old"``:
+  v1 measured faster, see below).
 
 Reference mirrored: ``tensorfold.reference.ops.linear`` with ``affine_dequant``.
 
@@ -43,6 +47,21 @@ replay): 4-bit g64 at 9B / 27B gate/up and down shapes, 512 and 4096 rows: 52.6-
 geometry (166-177 registers, one block per SM) beat the smaller-tile / 128-register variants (36-40 TFLOP/s). GPU
 accuracy (tests/kernels/test_gpu_gemm.py formats): max error / (|x| @ |W|) about 3.5e-7.
 
+v2 (``impl="new"``): the same arithmetic per output (mma chain over k, hi then lo per k-step, restarting per
+group; ``sum_x`` of a (row, group) is the left-to-right sum of 8-element partial sums, so v2 equals v1 to about
+2e-7 relative, not bit for bit). Stages of 32 codes (2 k-steps); shared memory is double-buffered (decoded codes,
+split x, scales, partial x sums), so a stage needs one barrier: the producers decode the prefetched registers of
+stage st + 1 into the other buffer after the warps' mma's of stage st. One loop iteration is one quantization
+group (its stages unrolled, the mma chain stays in registers, static buffer parity). The producer work is spread
+over all threads (a weight chunk's 4 lanes t over up to 4 threads, an x k-step's two halves over 2 threads).
+Measured on the H200 (benchmarks/results/gemm_2026-11-30_e5fb61a.md, same command): v2 at 4x2x2x4 36.5-47.1
+TFLOP/s vs v1 51.8-64.8 at 2B / 9B / 27B gate/up and down, 512 and 4096 rows (torch bf16 552-778); at 9B gate/up
+the v2 geometry 2x2x4x4 (128 threads, 255 registers, two blocks per SM) reached 66.2 / 66.7 vs v1 59.2 / 61.6
+(other shapes not measured; it spills 8 bytes at 4-bit g128 for sm_80). Reading: v2's 32-code stages cover a
+stage's global loads with only 32 mma's per warp (v1: 64) and each weight chunk is loaded by up to 4 threads, so
+the kernel stays latency-bound on the global -> register -> shared path; the next step is a deeper pipeline
+(cp.async ring of raw codes and x), not the barrier layout.
+
 Simulator: ``mma_bf16`` is a block barrier there (see ``_mma``); every thread runs the same compute loop, so the
 kernel is block-uniform. Keep simulated shapes tiny.
 """
@@ -63,8 +82,8 @@ __all__ = ["launch_qgemm", "get_gemm_kernel", "get_gemm_pyfunc", "get_gemm_kerne
 
 BK = 64  # codes of K per stage (4 mma k-steps)
 GEO = (4, 2, 2, 4)  # NWO warps along out, NWR warps along rows, MT m16 tiles / warp, NT n8 tiles / warp
-GEO2 = (4, 2, 2, 4)  # the v2 kernel's default geometry
-IMPL = "new"  # default kernel generation (TENSORFOLD_GEMM=old|new overrides; see impl_default)
+GEO2 = (4, 2, 2, 4)  # the v2 kernel's default geometry (the one the GPU tests ran; 2x2x4x4 was faster, see above)
+IMPL = "old"  # default kernel generation (TENSORFOLD_GEMM=old|new overrides; see impl_default): v1, the faster
 _BITS = (2, 4, 8)
 _GROUPS = (32, 64, 128)
 

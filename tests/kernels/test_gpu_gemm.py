@@ -1,8 +1,9 @@
 """GPU tier for tensorfold.kernels.gemm (run on the device:
 ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_gemm.py``).
 
-Launches use the default kernel (``impl_default()``: v2 for 4 / 8 bits, v1 for 2 bits, unless TENSORFOLD_GEMM=old);
-``test_old_kernel_9b_gate_up`` checks v1 and v2 explicitly.
+Launches use the default kernel (``impl_default()``: v1 unless TENSORFOLD_GEMM=new, which takes v2 for 4 / 8 bits);
+``test_old_kernel_9b_gate_up`` checks v1 and v2 explicitly. (The run of benchmarks/results/gemm_2026-11-30_e5fb61a.md
+had v2 as the default, so there every test but the 2-bit ones exercised v2.)
 
 Real 2B / 9B / 27B projection shapes (gate/up ``I x H`` and down ``H x I``, 4-bit group 64) at 512 and 4096 rows,
 every supported bits x group (2 / 4 / 8 x 32 / 64 / 128) at 2048 x 4096 with 300 rows (partial row tile), float16 /
