@@ -1,13 +1,11 @@
-"""Prompt GEMM benchmark: tensor-core ``gemm.launch_qgemm`` v2 (``impl="new"``) vs v1 (``impl="old"``) vs torch
-bf16 (optionally the fp32-FMA ``affine.launch_qgemm``).
+"""Prompt GEMM benchmark: tensor-core ``gemm.launch_qgemm`` vs the fp32-FMA ``affine.launch_qgemm`` vs torch bf16.
 
 Run on the GPU machine: ``NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_gemm.py [--out DIR] [--wait F1,F2]``
 
-- Shapes (``--models``, default 2B,9B,27B): gate/up (``I x H``) and down (``H x I``), 4-bit group 64, 512 and 4096
-  rows, v2 and v1 kernels (their outputs are compared: max |new - old| / max |old|); other formats
-  (``--formats``, default 8-bit g64 and 4-bit g128) at the 9B gate/up shape with 512 rows (v2); ``--fp32`` adds
-  the fp32-FMA ``affine.qgemm``; ``--variants 1`` (default) other v2 geometries at 9B gate/up (their outputs must
-  equal the default geometry's bit for bit: the tiling decides who computes an output, never how).
+- Shapes: 9B and 27B gate/up (``I x H``) and down (``H x I``), 4-bit group 64, 512 and 4096 rows; a few other
+  formats (2 / 8 bits, groups 32 / 128) at the 9B gate/up shape with 512 rows; alternative block / warp geometries
+  of the new kernel at the 9B gate/up shape (their outputs must equal the default geometry's bit for bit, checked
+  here: the tiling decides who computes an output, never how).
 - Timing: ``bench_kernels.time_case`` (launches captured into one CUDA graph, median of 5 replays, per launch),
   after a warm-up launch (compilation). No weight rotation: at these row counts the GEMM is compute-bound.
 - Peer: torch bf16 ``matmul`` of bf16 x ``[R, in]`` by a bf16 weight ``[out, in]`` (CUDA events, median of 5).
@@ -33,8 +31,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-SHAPES = {"2B": (2048, 6144), "9B": (4096, 12288), "27B": (5120, 17408)}
-VARIANT_GEOS2 = [(2, 4, 4, 2), (4, 2, 4, 2), (2, 2, 4, 4)]  # other v2 geometries, 9B gate/up
+SHAPES = {"9B": (4096, 12288), "27B": (5120, 17408)}
+VARIANT_GEOS = [(4, 2, 2, 2), (4, 2, 1, 4), (2, 4, 2, 2), (4, 4, 2, 2)]
 
 
 def main():
@@ -42,10 +40,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--wait", default="")
     ap.add_argument("--wait-max", type=float, default=120.0)
-    ap.add_argument("--fp32", action="store_true", help="also time the fp32-FMA affine.qgemm")
-    ap.add_argument("--models", default="2B,9B,27B")
-    ap.add_argument("--variants", type=int, default=1, help="time VARIANT_GEOS2 at 9B gate/up (0: off)")
-    ap.add_argument("--formats", default="8g64,4g128", help="other formats (bits g group), 9B gate/up, 512 rows")
+    ap.add_argument("--no-old", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -100,58 +95,55 @@ def main():
 
     keep = []
     checks = []
-    peers = []  # torch peers, timed after the wait
-    models = [m for m in args.models.split(",") if m]
-    for model in models:
-        H, I = SHAPES[model]
+    for model, (H, I) in SHAPES.items():
         for which, (out, inp) in (("gate/up", (I, H)), ("down", (H, I))):
             (P, S, B), k = qweights(out, inp, 4, 64)
             keep.append(k)
             for R in (512, 4096):
                 x, _x = ctx["rand_f32"]((R, inp))
+                y = cuda.device_array((R, out), dtype="float32")
+                keep.append((_x, y))
                 fl = 2 * R * out * inp
                 shape = f"R={R} {out}x{inp}"
                 base = {"model": model, "which": which, "shape": shape, "R": R, "out": out, "inp": inp,
                         "flops": fl, "format": "4b g64"}
-                ys = {}
-                for impl in ("new", "old"):
-                    geo = G.GEO2 if impl == "new" else G.GEO
-                    y = cuda.device_array((R, out), dtype="float32")
-                    keep.append((_x, y))
-                    ys[impl] = y
-                    add(dict(base, kernel=f"gemm tc {impl} ({'v2' if impl == 'new' else 'v1'}) "
-                                          f"{'x'.join(map(str, geo))}"),
-                        lambda s, P=P, S=S, B=B, x=x, y=y, impl=impl: G.launch_qgemm(P, S, B, x, y, 4, 64,
-                                                                                   stream=s, impl=impl), 10, fl)
-                checks.append((f"{model} {which} {shape} new vs old (max |new - old| / max |old|)", ys["new"],
-                               ys["old"]))
-                if model == "9B" and which == "gate/up" and args.variants:
-                    for geo in VARIANT_GEOS2:
+                add(dict(base, kernel=f"gemm tc {'x'.join(map(str, G.GEO))}"),
+                    lambda s, P=P, S=S, B=B, x=x, y=y: G.launch_qgemm(P, S, B, x, y, 4, 64, stream=s), 10, fl)
+                if model == "9B" and which == "gate/up":
+                    for geo in VARIANT_GEOS:
                         yv = cuda.device_array((R, out), dtype="float32")
                         keep.append(yv)
-                        add(dict(base, kernel=f"gemm tc new (v2) {'x'.join(map(str, geo))}"),
-                            lambda s, P=P, S=S, B=B, x=x, yv=yv, geo=geo: G.launch_qgemm(
-                                P, S, B, x, yv, 4, 64, stream=s, geo=geo, impl="new"), 10, fl)
-                        checks.append((f"{shape} v2 geo {geo} vs default geo", ys["new"], yv))
-                if args.fp32:
+                        add(dict(base, kernel=f"gemm tc {'x'.join(map(str, geo))}"),
+                            lambda s, P=P, S=S, B=B, x=x, yv=yv, geo=geo: G.launch_qgemm(P, S, B, x, yv, 4, 64,
+                                                                                          stream=s, geo=geo), 10, fl)
+                        checks.append((f"{shape} geo {geo}", y, yv))
+                if not args.no_old:
                     yo = cuda.device_array((R, out), dtype="float32")
                     keep.append(yo)
-                    add(dict(base, kernel="affine.qgemm fp32"),
+                    add(dict(base, kernel="affine.qgemm fp32 (old)"),
                         lambda s, P=P, S=S, B=B, x=x, yo=yo: A.launch_qgemm(P, S, B, x, yo, 4, 64, stream=s),
                         2 if R == 4096 else 3, fl)
-                peers.append((dict(base, kernel="torch bf16 matmul (peer)"), (R, out, inp)))
-    # other formats, 9B gate/up, 512 rows, new kernel
+                    checks.append((f"{shape} old vs new (max |new - old| / max |old|)", y, yo))
+                base_peer = dict(base, kernel="torch bf16 matmul (peer)")
+                try:
+                    base_peer["us"] = torch_peer(R, out, inp)
+                    if base_peer["us"]:
+                        base_peer["tflops"] = fl / (base_peer["us"] * 1e-6) / 1e12
+                except Exception as e:  # noqa: BLE001
+                    base_peer["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                rows_out.append(base_peer)
+    # other formats, 9B gate/up, 512 rows
     H, I = SHAPES["9B"]
-    for bits, group in [tuple(int(v) for v in f.split("g")) for f in args.formats.split(",") if f]:
+    for bits, group in ((2, 32), (4, 32), (4, 128), (8, 64), (8, 128)):
         (P, S, B), k = qweights(I, H, bits, group)
         x, _x = ctx["rand_f32"]((512, H))
         y = cuda.device_array((512, I), dtype="float32")
         keep.append((k, _x, y))
         fl = 2 * 512 * I * H
         add({"model": "9B", "which": "gate/up", "shape": f"R=512 {I}x{H}", "R": 512, "out": I, "inp": H,
-             "flops": fl, "format": f"{bits}b g{group}", "kernel": "gemm tc new (v2)"},
+             "flops": fl, "format": f"{bits}b g{group}", "kernel": f"gemm tc {'x'.join(map(str, G.GEO))}"},
             lambda s, P=P, S=S, B=B, x=x, y=y, bits=bits, group=group: G.launch_qgemm(P, S, B, x, y, bits, group,
-                                                                                    stream=s, impl="new"), 10, fl)
+                                                                                    stream=s), 10, fl)
 
     # wait for concurrent GPU tests to finish before timing
     waits = [w for w in args.wait.split(",") if w]
@@ -175,16 +167,6 @@ def main():
             check_res.append(f"{what}: {'bit-identical' if ok else 'DIFFERENT'}")
     for c in check_res:
         print(c, flush=True)
-
-    for base_peer, (R, out, inp) in peers:
-        try:
-            base_peer["us"] = torch_peer(R, out, inp)
-            if base_peer["us"]:
-                base_peer["tflops"] = base_peer["flops"] / (base_peer["us"] * 1e-6) / 1e12
-        except Exception as e:  # noqa: BLE001
-            base_peer["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-        rows_out.append(base_peer)
-        print(json.dumps(base_peer), flush=True)
 
     for label, case in pending:
         try:

@@ -1,10 +1,6 @@
 """GPU tier for tensorfold.kernels.gemm (run on the device:
 ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_gemm.py``).
 
-Launches use the default kernel (``impl_default()``: v1 unless TENSORFOLD_GEMM=new, which takes v2 for 4 / 8 bits);
-``test_old_kernel_9b_gate_up`` checks v1 and v2 explicitly. (The run of benchmarks/results/gemm_2026-11-30_e5fb61a.md
-had v2 as the default, so there every test but the 2-bit ones exercised v2.)
-
 Real 2B / 9B / 27B projection shapes (gate/up ``I x H`` and down ``H x I``, 4-bit group 64) at 512 and 4096 rows,
 every supported bits x group (2 / 4 / 8 x 32 / 64 / 128) at 2048 x 4096 with 300 rows (partial row tile), float16 /
 float32 scales, and the fallback for 3 bits. Weights are uniformly random packed words (every code occurs) with
@@ -73,11 +69,11 @@ def _check(y, x, W, what):
     assert (err <= TOL * bound).all(), f"{what}: max err/bound {worst:.2e} > {TOL}"
 
 
-def _launch(cuda, dP, dS, dB, dx, R, out, bits, group, impl=None):
+def _launch(cuda, dP, dS, dB, dx, R, out, bits, group):
     from tensorfold.kernels import gemm as G
 
     y = cuda.to_device(np.full((R, out), np.nan, np.float32))
-    G.launch_qgemm(dP, dS, dB, dx[:R], y, bits, group, rows=R, impl=impl)
+    G.launch_qgemm(dP, dS, dB, dx[:R], y, bits, group, rows=R)
     cuda.synchronize()
     return y.copy_to_host()
 
@@ -102,21 +98,6 @@ def test_real_shapes_512_and_4096_rows(model, which):
     for r in (0, 333, 511):
         y1 = _launch(cuda, dP, dS, dB, dx[r:r + 1], 1, out, bits, group)
         assert np.array_equal(y1[0].view(np.uint32), y512[r].view(np.uint32)), f"row {r}: R=1 != R=512"
-
-
-def test_old_kernel_9b_gate_up():
-    """The v1 kernel (``impl="old"``, TENSORFOLD_GEMM=old) at the 9B gate/up shape, 512 rows, and the v2 kernel
-    on the same inputs: both within tolerance of the oracle."""
-    cuda = _cuda()
-    H, I = SHAPES["9B"]
-    out, inp, R, bits, group = I, H, 512, 4, 64
-    P, S, B = _rand_q(out, inp, bits, group)
-    x = rng.standard_normal((R, inp)).astype(np.float32)
-    dP, dS, dB, dx = (cuda.to_device(a) for a in (P, S, B, x))
-    W = _dequant(P, S, B, bits, group)
-    for impl in ("old", "new"):
-        y = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, impl=impl)
-        _check(y, x, W, f"impl={impl} 9B gate_up {out}x{inp} R={R}")
 
 
 FORMATS = [(b, g, "bf16") for b in (2, 4, 8) for g in (32, 64, 128)] + [(4, 64, "f32"), (4, 64, "f16"),

@@ -42,23 +42,21 @@ def _check(y, ref, bound, tol=1e-5):
     assert (err <= tol * bound).all(), f"max err/bound {(err / bound).max():.3e} (tol {tol})"
 
 
-def _run(P, S, B, x, bits, group, geo=SMALL, R=None, impl="new"):
+def _run(P, S, B, x, bits, group, geo=SMALL, R=None):
     R = x.shape[0] if R is None else R
     y = np.full((R, P.shape[0]), np.nan, np.float32)
-    G.launch_qgemm(P, S, B, x[:R], y, bits, group, geo=geo, impl=impl)
+    G.launch_qgemm(P, S, B, x[:R], y, bits, group, geo=geo)
     return y
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_formats(bits, group):
-    """Every supported bits x group; K = 128 is two v1 stages (group 128 spans both: the odd-stage epilogue) and
-    four v2 stages. Bits 4 / 8 run the v2 kernel (``impl="new"``), 2 bits the v1 kernel; the v1 kernel on
-    4 / 8 bits is covered at group 64."""
+    """Every supported bits x group; K = 128 is two stages (group 128 spans both: the odd-stage epilogue)."""
     out, K, R = 24, 128, 13
     P, S, B = _rand_q(out, K, bits, group)
     x = rng.standard_normal((R, K)).astype(np.float32)
-    y = _run(P, S, B, x, bits, group, impl="old" if group == 64 else "new")
+    y = _run(P, S, B, x, bits, group)
     ref, bound = _ref(x, P, S, B, bits, group)
     _check(y, ref, bound)
 
@@ -92,7 +90,7 @@ def test_rows_independent_bit_for_bit():
 def test_geometries_bit_identical():
     """The block / warp tiling only decides who computes an output, never how: other geometries give the same
     bits (per output the same mma chain over k and the same per-group epilogue)."""
-    out, K, R, bits, group = 24, 64, 9, 4, 32  # v2: the producers' work split differs per geometry
+    out, K, R, bits, group = 24, 64, 9, 2, 32
     P, S, B = _rand_q(out, K, bits, group)
     x = rng.standard_normal((R, K)).astype(np.float32)
     base = _run(P, S, B, x, bits, group)
