@@ -287,8 +287,6 @@ def _affine_cases(ctx):
         y8 = cuda.device_array((8, out), dtype="float32")
         ys = {1: y8[:1], 8: y8}
         plans = [(v, A.plan_tc(out, inp, bits, group, variant=v)) for v in A.TC_VARIANTS]
-        if GEMV_VARIANTS:  # the x-staged variants only when named (slower everywhere at 938dc6f)
-            plans += [(v, A.plan_xs(out, inp, bits, group, v)) for v in getattr(A, "XS_VARIANTS", {})]
         plans.append(("cuda-core", A._plan_cuda_core(out, inp, bits, group)))
         if GEMV_VARIANTS:
             plans = [(v, p) for v, p in plans if v in GEMV_VARIANTS]

@@ -71,28 +71,6 @@ registers for 4-bit g64 (<= 128, the limit at 512 threads; the GPU build adds ``
 256 threads so another format spills rather than fails to launch). Every variant's geometry depends only on (out,
 in, bits, group).
 
-x-staged tensor-core GEMV (``_gen_xs_source``, ``XS_VARIANTS`` / ``plan_xs``; rows that are whole 512-input
-chunks, bits 2/4/8 as above): the warp-split kernels re-do x's work (16-byte loads, bf16 hi / lo split, group sums,
-quad shuffles) in every warp for only the warp's own 32 rows, and read scales with dependent 2-byte loads inside the
-loop: their loop was ~1,370 SASS instructions per 4 KB of weights a warp (4-bit g64, ``pipe``), and the time did not
-follow the bytes. Here a block's warps (4 by default, 2 row tiles each, 128 rows) walk the SAME K range: per 512
-inputs the block writes x once into shared memory as ready mma B fragments (one 16-byte shared load per lane and
-k-step) plus per-quarter partial sums; batch rows at or past R are zeros there (no loads). Each warp then runs
-iterations whose next weight words AND scale words (one vector load of U consecutive bf16 scales a row) are in
-flight while the current ones decode (the bf16 magic in a register so mask + or is one LOP3); no
-cross-warp sum. At each chunk (and for the block's next chunk) every warp issues ``prefetch.global.L2`` for its
-rows' weight lines and scale / bias sectors, so DRAM reads run ahead of the register double buffer without
-registers (``xsnp`` leaves it out); a block never loads past its own K range. Measured on the H200 at 938dc6f
-(benchmarks/results/gemv_2026-11-30_938dc6f.md, 4-bit g64, R=1 / R=8 µs): 9B gate xs 29.3 / 34.2 vs pipe 21.9 /
-25.9; 27B down xs2 46.2 / 58.3 vs sk 45.2 / 52.7; 2B head xsu 178.9 / 209.1 vs sk 169.2 / 195.9: slower everywhere
-despite ~0.6x the instructions per byte, so it is NOT a default (``XS_DEFAULT_RULE`` is None); correct on the GPU
-(every variant at 9B gate / 27B down / 2B head, 8 and 16 rows, rows bit-for-bit independent). ptxas + nvdisasm,
-sm_90: ~1,500 instructions per 8 KB a warp in a chunk's compute (~1,950 with staging). K is split into ``ks``
-contiguous chunk
-ranges chosen from the shape (the fewest that give the variant's block count), partials summed by
-``_splitk_reduce`` in order. Two n-tiles (9..16 rows) run the same block rows with twice the warps and one row
-tile each (registers); a row's arithmetic is the same in both kernels (bit-for-bit tests).
-
 Launch geometry (CUDA-core qgemv): grid ``(ceil(out / NO), ceil(R / RB), KS)``, block ``TPB`` threads (a multiple of 32,
 chosen so every thread gets whole 16-byte chunks of the row), ``NO = 4`` weight rows per block (``no=`` overrides); every thread
 strides over the row's 16-byte chunks (coalesced 512 bytes per warp-load), keeps ``NO * RB`` accumulators in
@@ -663,19 +641,6 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
             a(f"    p{i} = fma_bf16x2(({src} & m) | c, one, neg)")
             outs.append(f"p{i}")
         a("    return " + ", ".join(outs))
-    # the same with the magic 0x43004300 passed in (a register the compiler cannot fold: mask and or become one
-    # LOP3 instead of two)
-    a("def _tcdecc(w, c):")
-    if bits == 8:
-        a(f"    return pack_bf16x2({qs[0]}, {qs[1]}), pack_bf16x2({qs[2]}, {qs[3]})")
-    else:
-        a(f"    m = np.uint32({mask:#x})")
-        a("    one = np.uint32(0x3F803F80)")
-        a("    neg = np.uint32(0xC300C300)")
-        for i in range(cpw // 2):
-            src = "w" if i == 0 else f"(w >> np.uint32({bits * i}))"
-            a(f"    p{i} = fma_bf16x2(({src} & m) | c, one, neg)")
-        a("    return " + ", ".join(outs))
     a("def _tcx(x, off):")
     for f4 in range(cl // 4):
         a(f"    x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, off + {4 * f4})")
@@ -699,7 +664,7 @@ def _tc_helpers(bits: int, group: int):
         exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
              glb)
         out = {}
-        for k in ("_tcdec", "_tcdecc", "_tcx"):
+        for k in ("_tcdec", "_tcx"):
             f = glb[k]
             f.__module__ = __name__
             out[k] = devfn(f)
@@ -946,390 +911,6 @@ def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# x-staged tensor-core qgemv ("xs"): the block's warps share x, staged once per 512-k chunk in shared memory as
-# ready mma B fragments (bf16 hi / lo pairs) plus per-quarter partial sums
-# ----------------------------------------------------------------------------------------------------------------
-
-XS_K = 512  # k (input columns) per shared-memory chunk: the row length must be a multiple of it
-
-
-def _xs_supported(bits: int, group: int, inp: int) -> bool:
-    return _tc_supported(bits, group, inp) and inp % XS_K == 0
-
-
-def _xs_u(bits: int, group: int, xk: int = XS_K, mt: int = 2, nt: int = 1) -> int:
-    """Groups per loop iteration of the x-staged kernel: 32 weight words a lane (4 KB a warp), at least one."""
-    lw = group * bits // 128
-    return max(1, min(xk // group, 32 // (mt * 2 * lw * nt)))
-
-
-def _xs_kernel_shape(nw: int, mt: int, nt: int):
-    """(warps, tiles a warp) that run a plan's blocks for ``nt`` n-tiles: two n-tiles of a 2-tile plan run with
-    twice the warps and one tile each (same rows a block, same K ranges, same per-row arithmetic; half the
-    registers a thread)."""
-    if nt == 2 and mt == 2:
-        return 2 * nw, 1
-    return nw, mt
-
-
-if not IS_SIM:
-
-    def _make_h_vec(n):
-        """``n`` uint32 words (2n bf16) read with one ``ld.global.nc`` from a uint16 array at a flat element offset
-        (the address must be 4n-byte aligned)."""
-
-        @_intrinsic
-        def ld(typingctx, arr, off):
-            if not (isinstance(arr, _types.Array) and arr.dtype == _types.uint16 and isinstance(off, _types.Integer)):
-                return None
-            sig = _types.UniTuple(_types.uint32, n)(arr, off)
-
-            def codegen(context, builder, sig, args):
-                ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-                ptr = builder.bitcast(ptr, _ir.IntType(32).as_pointer())
-                if n == 1:
-                    asm = _ir.InlineAsm(_ir.FunctionType(_ir.IntType(32), [ptr.type]), "ld.global.nc.u32 $0, [$1];",
-                                        "=r,l")
-                    vals = [builder.call(asm, [ptr])]
-                else:
-                    vals = _vec_load(builder, ptr, n, "u32")
-                return context.make_tuple(builder, sig.return_type, vals)
-
-            return sig, codegen
-
-        return ld
-
-    _ldh_1 = _make_h_vec(1)
-    _ldh_2 = _make_h_vec(2)
-    _ldh_4 = _make_h_vec(4)
-
-    @_intrinsic
-    def _pf_l2(typingctx, arr, off):
-        """``prefetch.global.L2`` of the line holding ``arr.flat[off]`` (no register, no result)."""
-        if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
-            return None
-        sig = _types.void(arr, off)
-
-        def codegen(context, builder, sig, args):
-            ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [ptr.type]), "prefetch.global.L2 [$0];", "l",
-                                side_effect=True)
-            builder.call(asm, [ptr])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-else:
-
-    def _h_pair(arr, off):
-        r, c = _flat_at(arr, off)
-        return np.uint32(np.uint32(arr[r, c]) | (np.uint32(arr[r, c + 1]) << np.uint32(16)))
-
-    @cuda.jit(device=True)
-    def _ldh_1(arr, off):
-        return (_h_pair(arr, off),)
-
-    @cuda.jit(device=True)
-    def _ldh_2(arr, off):
-        return (_h_pair(arr, off), _h_pair(arr, off + 2))
-
-    @cuda.jit(device=True)
-    def _ldh_4(arr, off):
-        return (_h_pair(arr, off), _h_pair(arr, off + 2), _h_pair(arr, off + 4), _h_pair(arr, off + 6))
-
-    @cuda.jit(device=True)
-    def _pf_l2(arr, off):
-        r, c = _flat_at(arr, off)  # bounds as on the GPU: the address must exist
-        _ = arr[r, c]
-
-
-@devfn
-def _bf_lo(w):
-    return np.uint32(w << np.uint32(16)).view(np.float32)
-
-
-@devfn
-def _bf_hi(w):
-    return np.uint32(w & np.uint32(0xFFFF0000)).view(np.float32)
-
-
-def _gen_xs_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, sk: str, xk: int = XS_K,
-                   u: int = 0, pf: bool = True) -> str:
-    """Source of an x-staged tensor-core qgemv kernel.
-
-    Block: ``nw`` warps, warp ``w`` owns ``mt`` 16-row tiles (rows ``o0 + 16 (w mt + m)``); every warp of the block
-    walks the SAME groups, so x is prepared once per block. K is cut in chunks of ``XS_K`` inputs (``CK`` groups);
-    grid.z splits the chunks into ``ks`` contiguous ranges (split-K, workspace + ``_splitk_reduce``). Per chunk the
-    block writes, for every batch row of its n-tiles and every (group, quarter t), the quarter's B fragments (the
-    four uint32 ``hi0, hi1, lo0, lo1`` one lane feeds to the two mma's of a k-step, in the lane order the mma reads
-    them) and the quarter's partial sum of x into shared memory; batch rows at or past R get zeros (a column of D
-    depends only on its own B column, so they change nothing else). Then each warp runs ``CK / U`` iterations of
-    ``U`` groups: the next iteration's weight words AND scale / bias words are loaded before the current ones are
-    used (register double buffer; the first loads of a chunk are in flight during its staging), the weights decode
-    to bf16 pairs exactly as in ``_gen_tc_source``, hi and lo mma chains per group, then ``acc += s * d + b * sx``
-    with ``sx = (p0 + p1) + (p2 + p3)`` from the quarters' partial sums (each a sequential fp32 sum). No cross-warp
-    reduction (warps own distinct rows). Scales: bf16 as ``U`` consecutive groups in one vector load per row.
-
-    Row independence: the per-row arithmetic (fragments, sums, mma column, accumulation order over groups, the
-    split-K ranges) depends on (out, in, bits, group) and the batch row only."""
-    lw, cl, steps = _tc_lane_layout(bits, group)
-    wpg = group * bits // 32
-    nstep = len(steps)
-    CK = xk // group
-    # groups per iteration: 32 weight words a lane (4 KB a warp) over mt tiles and nt n-tiles (the order of groups,
-    # hence the bits, does not depend on it)
-    U = u or _xs_u(bits, group, xk, mt, nt)
-    assert CK % U == 0
-    IPC = CK // U
-    TPB = 32 * nw
-    NR = 8 * nt  # batch rows staged per block
-    nunits = NR * CK * 4  # (row, group, quarter) staging units per chunk
-    upt = -(-nunits // TPB)
-    L = []
-    a = L.append
-    a(f"def {name}(W, S, B, x, y, R, c0, c1):")
-    a("    tid = cuda.threadIdx.x")
-    a("    lane = tid & 31")
-    a("    warp = tid >> 5")
-    a("    g = lane >> 2")
-    a("    t = lane & 3")
-    a(f"    frag = cuda.shared.array({nt * CK * nstep * 32 * 4}, np.uint32)")
-    a(f"    psum = cuda.shared.array({nt * CK * 8 * 4}, np.float32)")
-    a("    out = W.shape[0]")
-    a(f"    ng = x.shape[1] // {group}")
-    a(f"    nchk = x.shape[1] // {xk}")
-    a(f"    o0 = cuda.blockIdx.x * {16 * mt * nw} + warp * {16 * mt}")
-    a(f"    r0 = cuda.blockIdx.y * {NR}")
-    a("    kz = cuda.blockIdx.z")
-    a("    ks = cuda.gridDim.z")
-    a("    cpb = (nchk + ks - 1) // ks")
-    a("    cb = min(nchk, kz * cpb)")
-    a("    ce = min(nchk, cb + cpb)")
-    a("    wpitch = W.shape[1]")
-    a("    spitch = S.shape[1]")
-    a("    xpitch = x.shape[1]")
-    a(f"    Glast = max(ce * {CK} - {U}, 0)  # the block's last iteration (loads never leave its K range)")
-    a("    kc = np.uint32(0x43004300) | np.uint32(c0)  # c0 is 0: the magic stays in a register")
-    for m in range(mt):
-        a(f"    ra{m} = min(o0 + {16 * m} + g, out - 1)")
-        a(f"    rb{m} = min(o0 + {16 * m + 8} + g, out - 1)")
-        a(f"    woa{m} = ra{m} * wpitch + t * {lw}")
-        a(f"    wob{m} = rb{m} * wpitch + t * {lw}")
-        a(f"    soa{m} = ra{m} * spitch")
-        a(f"    sob{m} = rb{m} * spitch")
-    for m in range(mt):
-        for n in range(nt):
-            for i in range(4):
-                a(f"    acc{m}_{n}_{i} = np.float32(0.0)")
-
-    def sc_names(pre, m, h, which):
-        if sk == "bf16" and U >= 2:
-            return [f"{pre}{which}{h}{m}_{k}" for k in range(U // 2)]
-        return [f"{pre}{which}{h}{m}_{k}" for k in range(U)]
-
-    def loads(ind, pre, gexpr):
-        """weight words and scale / bias words of the U groups starting at group ``gexpr`` (clamped in range)."""
-        a(f"{ind}G = min({gexpr}, Glast)")
-        a(f"{ind}wi = G * {wpg}")
-        for uu in range(U):
-            for m in range(mt):
-                for h in ("a", "b"):
-                    v = f"{pre}{h}{uu}_{m}"
-                    off = f"wo{h}{m} + wi + {uu * wpg}"
-                    if lw == 1:
-                        a(f"{ind}{v}_0 = _ldf(W, {off})")
-                    elif lw == 2:
-                        a(f"{ind}{v}_0, {v}_1 = _ldf_u32x2(W, {off})")
-                    else:
-                        for q in range(lw // 4):
-                            a(f"{ind}{v}_{4 * q}, {v}_{4 * q + 1}, {v}_{4 * q + 2}, {v}_{4 * q + 3} = "
-                              f"_ldf_u32x4(W, {off} + {4 * q})")
-        for m in range(mt):
-            for h in ("a", "b"):
-                for which, arr in (("s", "S"), ("c", "B")):
-                    names = sc_names(pre, m, h, which)
-                    off = f"so{h}{m} + G"
-                    if sk == "bf16" and U >= 2:
-                        a(f"{ind}{', '.join(names)}, = _ldh_{U // 2}({arr}, {off})")
-                    else:
-                        for k, nm in enumerate(names):
-                            a(f"{ind}{nm} = _ldf({arr}, {off} + {k})")
-
-    def scale(pre, m, h, which, uu):
-        names = sc_names(pre, m, h, which)
-        if sk == "bf16" and U >= 2:
-            return f"{'_bf_hi' if uu & 1 else '_bf_lo'}({names[uu // 2]})"
-        if sk == "bf16":
-            return f"bf16_to_f32({names[uu]})"
-        return f"np.float32({names[uu]})"
-
-    def prefetch(ind, cexpr):
-        """L2 prefetch of the warp's rows' weight lines and scale / bias sectors of chunk ``cexpr`` (no registers:
-        the DRAM reads of the whole chunk start now, the register loads later find them in L2)."""
-        nl = max(1, xk * bits // 8 // 128)  # 128-byte lines a row and chunk
-        wl = 128 // 4  # words a line
-        rows = 16 * mt
-        a(f"{ind}pfg = ({cexpr}) * {CK}")
-        for k in range(-(-rows * nl // 32)):
-            a(f"{ind}sl = lane + {32 * k}")
-            J = ind
-            if (k + 1) * 32 > rows * nl:
-                a(f"{ind}if sl < {rows * nl}:")
-                J += "    "
-            a(f"{J}pr = min(o0 + sl // {nl}, out - 1)")
-            a(f"{J}_pf_l2(W, pr * wpitch + pfg * {wpg} + (sl % {nl}) * {wl})")
-        for k in range(-(-rows * 2 // 32)):
-            a(f"{ind}sl = lane + {32 * k}")
-            J = ind
-            if (k + 1) * 32 > rows * 2:
-                a(f"{ind}if sl < {rows * 2}:")
-                J += "    "
-            a(f"{J}pr = min(o0 + (sl >> 1), out - 1)")
-            a(f"{J}if sl & 1:")
-            a(f"{J}    _pf_l2(B, pr * spitch + pfg)")
-            a(f"{J}else:")
-            a(f"{J}    _pf_l2(S, pr * spitch + pfg)")
-
-    loads("    ", "w", f"cb * {CK}")
-    if pf:
-        a("    if cb < ce:")
-        prefetch("        ", "cb")
-    a("    for c in range(cb, ce):")
-    I = "        "
-    if pf:
-        a(f"{I}if c + 1 < ce:")
-        prefetch(I + "    ", "c + 1")
-    a(f"{I}cuda.syncthreads()")
-    # ---- staging: unit = (batch row r, group gl of the chunk, quarter q)
-    a(f"{I}cG = c * {CK}")
-    for k in range(upt):
-        J = I
-        a(f"{J}un = tid + {k * TPB}")
-        if (k + 1) * TPB > nunits:
-            a(f"{J}if un < {nunits}:")
-            J += "    "
-        a(f"{J}r = un % {NR}")
-        a(f"{J}q = (un // {NR}) & 3")
-        a(f"{J}gl = un // {NR * 4}")
-        a(f"{J}fb = ((((r >> 3) * {CK} + gl) * {nstep}) * 32 + (r & 7) * 4 + q) * 4")
-        a(f"{J}pb = (((r >> 3) * {CK} + gl) * 8 + (r & 7)) * 4 + q")
-        a(f"{J}if r0 + r < R:")
-        K2 = J + "    "
-        a(f"{K2}xo = (r0 + r) * xpitch + (cG + gl) * {group} + q * {cl}")
-        for f4 in range(cl // 4):
-            a(f"{K2}x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, xo + {4 * f4})")
-        a(f"{K2}p = x0")
-        for e in range(1, cl):
-            a(f"{K2}p += x{e}")
-        a(f"{K2}psum[pb] = p")
-        for s_, (_, prs, _) in enumerate(steps):
-            for slot, (lo, hi) in enumerate(prs):
-                a(f"{K2}h{slot}, l{slot} = split_bf16x2(x{lo}, x{hi})")
-            a(f"{K2}frag[fb + {s_ * 128}] = h0")
-            a(f"{K2}frag[fb + {s_ * 128 + 1}] = h1")
-            a(f"{K2}frag[fb + {s_ * 128 + 2}] = l0")
-            a(f"{K2}frag[fb + {s_ * 128 + 3}] = l1")
-        a(f"{J}else:")
-        a(f"{K2}psum[pb] = np.float32(0.0)")
-        for s_ in range(nstep):
-            for e in range(4):
-                a(f"{K2}frag[fb + {s_ * 128 + e}] = np.uint32(0)")
-    a(f"{I}cuda.syncthreads()")
-    # ---- compute the chunk: IPC iterations of U groups, the next iteration's words loaded first
-    for it in range(IPC):
-        if it + 1 < IPC:
-            loads(I, "p", f"cG + {(it + 1) * U}")
-        else:
-            # the next chunk's first words; after the block's last chunk the clamp re-reads its own last words
-            # (cache hits: a block never reads past its own K range; a branch here cost 76 registers in ptxas)
-            loads(I, "p", f"cG + {CK}")
-        for uu in range(U):
-            gl = it * U + uu
-            for n in range(nt):
-                a(f"{I}fo = (({n * CK + gl} * {nstep}) * 32 + lane) * 4")
-                for s_ in range(nstep):
-                    a(f"{I}bh{n}_{s_}_0 = frag[fo + {s_ * 128}]")
-                    a(f"{I}bh{n}_{s_}_1 = frag[fo + {s_ * 128 + 1}]")
-                    a(f"{I}bl{n}_{s_}_0 = frag[fo + {s_ * 128 + 2}]")
-                    a(f"{I}bl{n}_{s_}_1 = frag[fo + {s_ * 128 + 3}]")
-                a(f"{I}po = ({(n * CK + gl) * 8} + 2 * t) * 4")
-                a(f"{I}sxa{n} = (psum[po] + psum[po + 1]) + (psum[po + 2] + psum[po + 3])")
-                a(f"{I}sxb{n} = (psum[po + 4] + psum[po + 5]) + (psum[po + 6] + psum[po + 7])")
-            for m in range(mt):
-                zeros = "np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)"
-                for n in range(nt):
-                    a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + f" = {zeros}")
-                    a(f"{I}" + ", ".join(f"e{n}_{i}" for i in range(4)) + f" = {zeros}")
-                done = set()
-                for s_, (j, prs, dec) in enumerate(steps):
-                    if j not in done:
-                        npairs = 2 if bits == 8 else 32 // bits // 2
-                        pa = ", ".join(f"pa{j}_{i}" for i in range(npairs))
-                        pb_ = ", ".join(f"pb{j}_{i}" for i in range(npairs))
-                        a(f"{I}{pa} = _tcdecc(wa{uu}_{m}_{j}, kc)")
-                        a(f"{I}{pb_} = _tcdecc(wb{uu}_{m}_{j}, kc)")
-                        done.add(j)
-                    i0, i1 = (0, 1) if bits == 8 else dec
-                    A4 = f"pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}"
-                    for n in range(nt):
-                        dd = ", ".join(f"d{n}_{i}" for i in range(4))
-                        ee = ", ".join(f"e{n}_{i}" for i in range(4))
-                        a(f"{I}{dd} = mma_bf16({A4}, bh{n}_{s_}_0, bh{n}_{s_}_1, {dd})")
-                        a(f"{I}{ee} = mma_bf16({A4}, bl{n}_{s_}_0, bl{n}_{s_}_1, {ee})")
-                a(f"{I}sa = {scale('w', m, 'a', 's', uu)}")
-                a(f"{I}ba = {scale('w', m, 'a', 'c', uu)}")
-                a(f"{I}sb = {scale('w', m, 'b', 's', uu)}")
-                a(f"{I}bb = {scale('w', m, 'b', 'c', uu)}")
-                for n in range(nt):
-                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
-                    dd = ", ".join(f"d{n}_{i} + e{n}_{i}" for i in range(4))
-                    a(f"{I}{cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
-        # rotate the register double buffer
-        for uu in range(U):
-            for m in range(mt):
-                for h in ("a", "b"):
-                    for j in range(lw):
-                        a(f"{I}w{h}{uu}_{m}_{j} = p{h}{uu}_{m}_{j}")
-        for m in range(mt):
-            for h in ("a", "b"):
-                for which in ("s", "c"):
-                    for nm in sc_names("", m, h, which):
-                        a(f"{I}w{nm} = p{nm}")
-    for m in range(mt):
-        for n in range(nt):
-            for i in range(4):
-                o = f"o0 + {16 * m + (8 if i >= 2 else 0)} + g"
-                r = f"r0 + {8 * n + (i & 1)} + 2 * t"
-                a(f"    if {o} < out and {r} < R:")
-                a(f"        y[kz, {r}, {o}] = acc{m}_{n}_{i}")
-    return "\n".join(L) + "\n"
-
-
-def get_xs_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = 2, sk: str = "bf16", xk: int = XS_K,
-                  u: int = 0, pf: bool = True):
-    """``u``: groups an iteration (0: ``_xs_u``'s 32 weight words a lane); ``pf``: L2 prefetch of each chunk."""
-    u = 0 if u == _xs_u(bits, group, xk, mt, nt) else u
-    key = ("xspy", bits, group, nt, nw, mt, sk, xk, u, pf)
-    if key not in _KCACHE:
-        name = (f"qgemv_xs_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_{sk}" + (f"_k{xk}" if xk != XS_K else "")
-                + (f"_u{u}" if u else "") + ("" if pf else "_nopf"))
-        extra = dict(_tc_helpers(bits, group), _tc_epi=_tc_epi, _ldh_1=_ldh_1, _ldh_2=_ldh_2, _ldh_4=_ldh_4,
-                     _bf_lo=_bf_lo, _bf_hi=_bf_hi, _pf_l2=_pf_l2)
-        extra["mma_bf16"] = mma_bf16
-        _KCACHE[key] = _build(name, _gen_xs_source(name, bits, group, nt, nw, mt, sk, xk, u, pf), extra)
-    return _KCACHE[key]
-
-
-def get_xs_kernel(bits: int, group: int, nt: int, nw: int, mt: int = 2, sk: str = "bf16", xk: int = XS_K,
-                  minb: int = 0, u: int = 0, pf: bool = True):
-    key = ("xsk", bits, group, nt, nw, mt, sk, xk, minb, u, pf)
-    if key not in _KCACHE:
-        kw = {"launch_bounds": (32 * nw, minb)} if minb and not IS_SIM else {}
-        _KCACHE[key] = cuda.jit(**kw)(get_xs_pyfunc(bits, group, nt, nw, mt, sk, xk, u, pf))
-    return _KCACHE[key]
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # planning and launch
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -1341,10 +922,8 @@ class GemvPlan:
     ``tpb`` threads per block (for the tensor-core kernel: ``tpb // 32`` warps splitting the block's groups),
     ``ks`` split-K factor across blocks (workspace ``[ks, R, out]``), ``tc`` whether the tensor-core kernel runs,
     ``mt`` 16-row tiles per warp and ``u`` groups per loop iteration (tensor-core kernel only), ``pipe`` the
-    pipelined form, ``depth`` its prefetch distance in iterations, ``variant`` the ``TC_VARIANTS`` /
-    ``XS_VARIANTS`` name it came from (a label for benchmarks; the launch reads only the geometry fields), ``xs``
-    the x-staged kernel (``_gen_xs_source``: ``tpb // 32`` warps each owning ``mt`` row tiles over the same K range;
-    ``ks`` contiguous ranges of 512-input chunks)."""
+    pipelined form, ``depth`` its prefetch distance in iterations, ``variant`` the ``TC_VARIANTS`` name it came from
+    (a label for benchmarks; the launch reads only the geometry fields)."""
 
     out: int
     inp: int
@@ -1358,9 +937,6 @@ class GemvPlan:
     pipe: bool = False
     depth: int = 1
     variant: str = ""
-    xs: bool = False
-    xk: int = XS_K
-    minb: int = 0
 
     @property
     def workspace_shape(self):
@@ -1414,91 +990,17 @@ TC_VARIANTS = {
 SK_MIN_CODES = 1 << 26
 
 
-# x-staged variants (``_gen_xs_source``): warps per block, row tiles per warp, and the split-K rule: the fewest
-# K ranges (whole 512-input chunks) that give the grid at least ``blocks`` blocks (132 SMs: 1056 = 8 a SM).
-XS_VARIANTS = {
-    "xs": dict(nw=4, mt=2, blocks=1056, minb=0, uf=1),
-    # 2 warps a block (64 rows): twice the blocks, smaller units of residency (5 blocks a SM at 178 registers)
-    "xs2": dict(nw=2, mt=2, blocks=1056, minb=0, uf=1),
-    # longer K ranges (fewer split-K partials), about 2 blocks a SM
-    "xsl": dict(nw=4, mt=2, blocks=264, minb=0, uf=1),
-    # half the groups an iteration (fewer registers, more blocks resident, half the bytes a warp in flight)
-    "xsu": dict(nw=4, mt=2, blocks=1056, minb=0, uf=2),
-    # xs without the L2 prefetch of each chunk (measures what the prefetch buys)
-    "xsnp": dict(nw=4, mt=2, blocks=1056, minb=0, uf=1, pf=False),
-}
-
-
-def plan_xs(out: int, inp: int, bits: int, group: int, variant: str = "xs", nw: int | None = None,
-            mt: int | None = None, blocks: int | None = None) -> GemvPlan:
-    """Geometry of the x-staged kernel: ``ceil(out / (16 mt nw))`` blocks along x; K in ``inp / 512`` chunks
-    split into ``ks`` contiguous ranges, the longest ranges (fewest ``ks``) that still give ``blocks`` blocks
-    (one chunk a block when even that is too few). A function of the shape only."""
-    if not _xs_supported(bits, group, inp):
-        raise ValueError(f"qgemv x-staged path: bits={bits} group={group} in={inp} not supported")
-    v = dict(XS_VARIANTS[variant])
-    for k, val in (("nw", nw), ("mt", mt), ("blocks", blocks)):
-        if val is not None:
-            v[k] = val
-    nw, mt = v["nw"], v["mt"]
-    # ``minb``: blocks a SM the one-n-tile kernel is built for (launch_bounds: the assembler keeps registers
-    # <= 65536 / (minb * threads)); 0 = unbounded
-    nbx = -(-out // (16 * mt * nw))
-    nch = inp // XS_K
-    cpb = 1
-    for c in range(nch, 0, -1):
-        if nbx * -(-nch // c) >= v["blocks"]:
-            cpb = c
-            break
-    ks = -(-nch // cpb)
-    u = max(1, _xs_u(bits, group, XS_K, mt) // v["uf"])
-    # ``depth`` carries the L2 prefetch switch for this kernel (1 = prefetch each chunk, 0 = none)
-    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, False, int(v.get("pf", True)), variant, True,
-                    XS_K, v["minb"])
-
-
-def _env_variant() -> str | None:
+def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
     v = os.environ.get("TENSORFOLD_GEMV_VARIANT", "")
-    if not v:
-        return None
-    if v not in TC_VARIANTS and v not in XS_VARIANTS:
-        raise ValueError(f"TENSORFOLD_GEMV_VARIANT={v!r}: want one of {sorted(TC_VARIANTS) + sorted(XS_VARIANTS)}")
-    return v
-
-
-def _tc_shape_variant(out: int | None = None, inp: int | None = None) -> str:
-    """The d91d0c5 rule among the warp-split tensor-core variants (``TC_VARIANTS``)."""
+    if v:
+        if v not in TC_VARIANTS:
+            raise ValueError(f"TENSORFOLD_GEMV_VARIANT={v!r}: want one of {sorted(TC_VARIANTS)}")
+        return v
     if _tc_pipe_default():
         return "pipe"
     if out is not None and inp is not None and out * inp >= SK_MIN_CODES:
         return "sk"
     return "pipe"
-
-
-def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
-    """The ``TC_VARIANTS`` entry ``plan_tc`` uses when none is named: the environment's if it names one, else the
-    shape rule."""
-    v = _env_variant()
-    if v in TC_VARIANTS:
-        return v
-    return _tc_shape_variant(out, inp)
-
-
-# A function (out, in, bits, group) -> x-staged variant name or None, consulted by plan_qgemv before the shape rule.
-# None: the H200 run at 938dc6f measured every x-staged variant slower than pipe / sk at every shape and row count.
-XS_DEFAULT_RULE = None
-
-
-def _gemv_variant(out: int, inp: int, bits: int, group: int) -> str:
-    """The variant ``plan_qgemv`` uses: ``TENSORFOLD_GEMV_VARIANT`` if set, else the per-shape default."""
-    v = _env_variant()
-    if v:
-        return v
-    if XS_DEFAULT_RULE is not None and _xs_supported(bits, group, inp):
-        xv = XS_DEFAULT_RULE(out, inp, bits, group)
-        if xv:
-            return xv
-    return _tc_shape_variant(out, inp)
 
 
 def _plan_cuda_core(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
@@ -1562,12 +1064,7 @@ def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) ->
     """Geometry from the weight shape only (never from the row count: see the exactness rule). Bits 2 (groups 64,
     128), 4 and 8 get the tensor-core kernel unless ``TENSORFOLD_GEMV_TC=0``; others the CUDA-core kernel."""
     if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):
-        v = _gemv_variant(out, inp, bits, group)
-        if v in XS_VARIANTS:
-            if _xs_supported(bits, group, inp):
-                return plan_xs(out, inp, bits, group, v)
-            v = _tc_shape_variant(out, inp)  # rows that are not whole 512-input chunks
-        return plan_tc(out, inp, bits, group, variant=v)
+        return plan_tc(out, inp, bits, group)
     return _plan_cuda_core(out, inp, bits, group, max_tpb)
 
 
@@ -1601,22 +1098,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         plan = plan_qgemv(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
-    if plan.xs:
-        nt = 1 if R <= 8 else 2
-        nw = plan.tpb // 32
-        if plan.ks > 1 and ws is None:
-            raise ValueError("launch_qgemv: plan.ks > 1 needs a workspace ws [ks, R, out] float32")
-        knw, kmt = _xs_kernel_shape(nw, plan.mt, nt)
-        # one n-tile: the plan's groups an iteration; two n-tiles: the kernel's own (registers)
-        k = get_xs_kernel(bits, group, nt, knw, kmt, _scale_kind(S), plan.xk, plan.minb if nt == 1 else 0,
-                          plan.u if nt == 1 else 0, plan.depth != 0)
-        grid = (-(-out // (16 * plan.mt * nw)), -(-R // (8 * nt)), plan.ks)
-        k[grid, 32 * knw, stream](W, S, B, x, y.reshape((1,) + tuple(y.shape)) if plan.ks == 1 else ws, np.int32(R),
-                                  np.int32(0), np.int32(0))
-        if plan.ks > 1:
-            _splitk_reduce[min(1024, -(-(R * out) // 256)), 256, stream](ws, y, np.int32(R))
-        return y
-    elif plan.tc:
+    if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
@@ -1799,19 +1281,6 @@ def _specs():
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):
         specs.append((get_tc_pyfunc(8, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", True, p.depth), _Q))
-    # the x-staged kernel (XS_VARIANTS), 4-bit g64: every variant's one-n-tile kernel and its two-n-tile kernel
-    # (twice the warps, one row tile a warp); other formats and float32 scales at one geometry
-    for bits, group, nt, nw, mt, sk, u, hot_ in (
-            (4, 64, 1, 4, 2, "bf16", 0, True), (4, 64, 2, 8, 1, "bf16", 0, True),  # xs, xsl
-            (4, 64, 1, 2, 2, "bf16", 0, True), (4, 64, 2, 4, 1, "bf16", 0, True),  # xs2
-            (4, 64, 1, 4, 2, "bf16", 2, True),  # xsu
-            (8, 64, 1, 4, 2, "bf16", 0, True), (2, 64, 1, 4, 2, "bf16", 0, False), (4, 128, 1, 4, 2, "bf16", 0, False),
-            (8, 128, 1, 4, 2, "bf16", 0, False), (4, 64, 1, 4, 2, "f32", 0, False)):
-        f = get_xs_pyfunc(bits, group, nt, nw, mt, sk, XS_K, u)
-        specs.append((f, _QF if sk == "f32" else _Q))
-        if hot_:
-            hot.add(f.__name__)
-    specs.append((get_xs_pyfunc(4, 64, 1, 4, 2, "bf16", XS_K, 0, False), _Q))  # xsnp (no L2 prefetch)
     # the CUDA-core kernel (3/5/6 bits, and every format with TENSORFOLD_GEMV_TC=0)
     for rb, tpb in ((1, 128), (1, 192), (2, 128), (4, 192), (8, 128), (8, 192)):
         f = get_qgemv_pyfunc(4, 64, rb, tpb, "bf16")
