@@ -3,8 +3,10 @@ and 9.0 (real compiler, no GPU), and ``ptxas -v`` reports registers, spills and 
 
 One subprocess (``NUMBA_ENABLE_CUDASIM=0``) runs ``python tests/kernels/test_compile.py --worker``: it imports each
 module listed in ``tensorfold.kernels.KERNEL_MODULES`` (a module not written yet is reported as absent), compiles
-each ``COMPILE_SPECS`` entry with ``numba.cuda.compile_ptx`` and assembles the PTX with ``ptxas -arch=sm_XX -v``;
-the specs are spread over a fork pool of one process per core (at most 4; ``TF_COMPILE_PROCS`` overrides).
+each ``COMPILE_SPECS`` entry to PTX for every cc (numba's front end once per entry, NVVM per cc: see
+``_compile_task``; ``TF_COMPILE_PER_CC=1`` calls ``numba.cuda.compile_ptx`` per cc) and assembles the PTX with
+``ptxas -arch=sm_XX -v``; the specs are spread over a fork pool of one process per core (at most 4;
+``TF_COMPILE_PROCS`` overrides).
 The test fails on any compile or assembly error, and on spills (spill stores/loads or a stack frame) in kernels a
 module names in its ``HOT`` set. It skips only when NVVM (libnvvm from the pip CUDA wheels) is absent; without
 ``ptxas`` on PATH it still checks the PTX compile and says that registers were not checked.
@@ -105,8 +107,24 @@ def _run_ptxas(ptx: str, cc):
     }
 
 
+def _front_end():
+    """numba-cuda's "compile a kernel to a code library" step (typing + lowering to LLVM IR), or None."""
+    try:
+        from numba.cuda.compiler import _compile_pyfunc_with_fixup
+    except ImportError:  # pragma: no cover - other numba-cuda layouts: compile_ptx per cc
+        return None
+    return _compile_pyfunc_with_fixup
+
+
 def _compile_task(task):
-    """Compile one COMPILE_SPECS entry for every cc (runs in a forked pool worker)."""
+    """Compile one COMPILE_SPECS entry for every cc (runs in a forked pool worker).
+
+    The front end (typing + lowering to LLVM IR, about 80% of a compile) runs once, for the lowest cc; NVVM (LLVM IR
+    -> PTX for ``compute_XX``) and ptxas (``sm_XX``) run for every cc. This is what ``cuda.compile_ptx(fn, sig,
+    cc=cc)`` does per cc, minus repeating the front end: numba-cuda's lowering reads the compute capability only for
+    choices with thresholds below every cc here (fp64 atomics at 6.0, fast tanh at 7.5) and tensorfold's kernels
+    read none, so the LLVM IR is the same for all three (checked at 1e2102d: identical IR for cc 8.0 and 9.0 up to
+    the flags hash in mangled names). ``TF_COMPILE_PER_CC=1`` runs ``compile_ptx`` per cc instead."""
     import importlib
 
     from numba import cuda
@@ -117,18 +135,37 @@ def _compile_task(task):
     hot = set(getattr(mod, "HOT", set()))
     name = getattr(fn, "__name__", str(fn))
     fn = getattr(fn, "py_func", fn)
+    front = None if os.environ.get("TF_COMPILE_PER_CC") == "1" else _front_end()
+    lib = None
+    lib_error = None
+    if front is not None:
+        _STATE["dev"].compute_capability = CCS[0]
+        t0 = time.time()
+        try:
+            lib, _ = front(fn, sig, device=False, abi="numba", cc=CCS[0])
+        except Exception as e:  # noqa: BLE001
+            lib_error = f"compile: {type(e).__name__}: {str(e)[:1500]}"
+        front_s = time.time() - t0
     out = []
     for cc in CCS:
         _STATE["dev"].compute_capability = cc
         rec = {"module": modname, "kernel": name, "sig": sig, "cc": f"{cc[0]}{cc[1]}", "hot": name in hot}
         t0 = time.time()
         try:
-            ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
+            if lib_error is not None:
+                raise RuntimeError(lib_error)
+            if front is not None:
+                codes = lib.get_asm_strs(cc=cc)
+                if len(codes) != 1:
+                    raise RuntimeError(f"{len(codes)} PTX modules (compile_ptx expects one)")
+                ptx = codes[0]
+            else:
+                ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
         except Exception as e:  # noqa: BLE001
-            rec["error"] = f"compile: {type(e).__name__}: {str(e)[:1500]}"
+            rec["error"] = lib_error or f"compile: {type(e).__name__}: {str(e)[:1500]}"
             out.append(rec)
             continue
-        rec["compile_s"] = round(time.time() - t0, 2)
+        rec["compile_s"] = round(time.time() - t0 + (front_s if front is not None and cc == CCS[0] else 0), 2)
         rep = _run_ptxas(ptx, cc)
         if rep is None:
             rec["ptxas"] = "absent"
