@@ -119,6 +119,10 @@ class Backend(abc.ABC):
                 out.append(None)
         return out
 
+    def warm(self, *, valid_vocab: int, prompt_chunk: int) -> None:
+        """Called once by the engine before serving with its sampling bound and prompt chunk: a backend may
+        prepare what the first requests would otherwise wait for (the default has nothing to prepare)."""
+
     def close(self) -> None:
         """Release resources (device memory); the default has nothing to release."""
 

@@ -159,6 +159,7 @@ class Engine:
         self._counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0, "requests_finished": 0,
                           "requests_aborted": 0, "rounds": 0}
         self._held_tokens = 0
+        backend.warm(valid_vocab=self.valid_vocab, prompt_chunk=self.config.prompt_chunk)
 
     # ---------------------------------------------------------------------------------------------- building
     @classmethod

@@ -165,6 +165,25 @@ class CudaBackend(Backend):
     def prefill_sample(self, slot: int, ids: Sequence[int], start_pos: int, row: SampleRow) -> int:
         return self._prefill(slot, ids, start_pos, False, row)
 
+    def warm(self, *, valid_vocab: int, prompt_chunk: int) -> None:
+        """Before serving: recapture the step graphs for the engine's sampling bound when it differs from the one
+        captured at load (the bound is part of the graph), and capture the first prompt graphs (one and two
+        streams, row buckets up to min(prompt_rows, prompt_chunk, 1024)), so that first requests do not pay an
+        eager forward plus a capture. Nothing to do without graphs (the simulator)."""
+        if not self.graphs.use_graphs:
+            return
+        from tensorfold.runtime.prefill import warm_prompt_graphs
+
+        t = time.time()
+        vv = int(valid_vocab)
+        if vv != self.graphs.valid_vocab:
+            self.graphs.valid_vocab = vv
+            self.graphs.graphs.clear()
+            self.graphs.capture_all()
+        n = warm_prompt_graphs(self, min(self.prompt_rows, max(64, int(prompt_chunk)), 1024), vv)
+        self.timings["warm"] = time.time() - t
+        self.timings["warm_prompt_graphs"] = n
+
     def prefill_many(self, jobs) -> list:
         """Several streams' chunks packed into prompt forwards of up to ``prompt_rows`` rows (runtime.prefill)."""
         from tensorfold.runtime.prefill import prefill_many

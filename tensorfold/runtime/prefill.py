@@ -18,7 +18,7 @@ from typing import Sequence
 from tensorfold.engine.backend import PrefillJob, SampleRow
 from tensorfold.runtime import forward as F
 
-__all__ = ["prefill_many"]
+__all__ = ["prefill_many", "warm_prompt_graphs"]
 
 
 def _check(be, jobs: Sequence[PrefillJob]) -> None:
@@ -77,3 +77,38 @@ def prefill_many(be, jobs: Sequence[PrefillJob]) -> list[int | None]:
             if j.row is not None:
                 res[i] = int(tok[k])
     return res
+
+
+def warm_bucket_list(be, max_rows: int) -> list[tuple[int, int]]:
+    """(row bucket, rows that fill it) for the prompt-graph buckets (``Runner.prompt_bucket``) of 1 ..
+    min(max_rows, prompt_rows) rows: the most rows up to that limit that land in each bucket."""
+    top = min(int(max_rows), be.prompt_rows)
+    fill: dict[int, int] = {}
+    for r in range(1, top + 1):
+        fill[be.runner.prompt_bucket(r)] = r
+    return sorted(fill.items())
+
+
+def warm_prompt_graphs(be, max_rows: int, valid_vocab: int, streams=(1, 2)) -> int:
+    """Run (and so capture) the prompt graphs a server meets first: for k streams in ``streams`` and each row
+    bucket up to ``max_rows`` (``warm_bucket_list``), one ``prefill_many`` of k sampled chunks filling the bucket,
+    on scratch slots that are freed again (a slot is reset when it is next taken). Returns the forwards run."""
+    n = 0
+    free = be.max_slots - len(be._lens)
+    for k in streams:
+        if k > free:
+            continue
+        for _, rows in warm_bucket_list(be, max_rows):
+            if rows < k:
+                continue
+            slots = [be.new_slot() for _ in range(k)]
+            try:
+                sizes = [rows // k + (1 if i < rows % k else 0) for i in range(k)]
+                jobs = [PrefillJob(s, [0] * m, 0, SampleRow(0.0, 0, 1.0, 0.0, 0, m, valid_vocab))
+                        for s, m in zip(slots, sizes)]
+                prefill_many(be, jobs)
+                n += 1
+            finally:
+                for s in slots:
+                    be.free(s)
+    return n

@@ -67,3 +67,21 @@ def test_backend_prefill_many_is_packed(micro, monkeypatch):
     monkeypatch.setattr(P, "prefill_many", lambda b, jobs: seen.append(len(jobs)) or [None] * len(jobs))
     assert be.prefill_many([PrefillJob(be.new_slot(), [1, 2], 0), PrefillJob(be.new_slot(), [3], 0)]) == [None] * 2
     assert seen == [2]
+
+
+def test_warm_prompt_graphs_leaves_no_trace(micro):
+    """The startup warm-up runs its forwards on scratch slots and frees them: a prompt afterwards gives the same
+    logits, bit for bit, as on a backend that was never warmed."""
+    from tensorfold.runtime.prefill import warm_bucket_list, warm_prompt_graphs
+
+    kw = dict(parallel=2, context=16, kv_cache="bf16", prompt_rows=8, progress=False)
+    be = CudaBackend(micro.tensors, micro.config, **kw)
+    assert warm_bucket_list(be, 1024) == [(be.runner.prompt_bucket(1), 8)]  # prompt_rows 8: one bucket
+    assert warm_prompt_graphs(be, 1024, 512) == 2  # one and two streams
+    assert not be._lens
+    P = [int(t) for t in np.random.default_rng(5).integers(0, 512, 5)]
+    warmed = be.prefill(be.new_slot(), P, 0)
+    cold = CudaBackend(micro.tensors, micro.config, **kw)
+    fresh = cold.prefill(cold.new_slot(), P, 0)
+    assert np.isfinite(fresh).all()
+    assert np.array_equal(warmed, fresh)
