@@ -233,7 +233,17 @@ class CudaBackend(Backend):
                 "load_timings": dict(self.timings)}
 
     def close(self) -> None:
-        self.graphs.graphs.clear()
+        """Drop every captured graph (decode steps, windows / trees, prompt chunks) and the cuda.core streams
+        they were launched on, after the stream's work is done, so that nothing GPU-side is left for the
+        interpreter's exit to destroy after the context."""
+        try:
+            self.stream.synchronize()
+        finally:
+            self.graphs.graphs.clear()
+            self.graphs.wgraphs.clear()
+            self.graphs._core_stream = None
+            self.runner._pgraphs.clear()
+            self.runner._core_stream = self.runner._core_for = None
 
 
 def create_backend(checkpoint, engine_config, **kw) -> CudaBackend:

@@ -187,6 +187,7 @@ class EngineBridge:
         self.ready.set()
         try:
             self._loop(self.engine)
+            self._close_engine()
         except BaseException as e:  # noqa: BLE001 - a bug here must not leave requests waiting forever
             self.dead = f"{type(e).__name__}: {e}"
             log.critical("engine thread died:\n%s", traceback.format_exc())
@@ -197,6 +198,13 @@ class EngineBridge:
                 adds, self._adds = self._adds, []
             for h, fut, _ids, _params in adds:
                 h.loop.call_soon_threadsafe(self._resolve, fut, fault)
+
+    def _close_engine(self) -> None:
+        """Release the backend (its CUDA graphs and streams) on the engine thread, the one that used them."""
+        try:
+            self.engine.close()
+        except Exception:  # noqa: BLE001 - shutting down anyway; reported, never raised
+            log.warning("engine close failed:\n%s", traceback.format_exc())
 
     def _loop(self, eng) -> None:
         stop_cancelled = False

@@ -110,6 +110,8 @@ def serve_cmd(model, host, port, name, parallel, context, queue, max_tokens, kv_
               api_key_file, temperature, top_p, top_k, min_p, request_log, log_level):
     """Serve MODEL (a local directory or hub id; none: the embedded default) over an OpenAI-compatible API."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_level != "debug":  # numba logs every device allocation and free at INFO
+        logging.getLogger("numba").setLevel(logging.WARNING)
     keys = list(api_keys)
     env_key = os.environ.get("TENSORFOLD_API_KEY")
     if env_key:
@@ -125,4 +127,10 @@ def serve_cmd(model, host, port, name, parallel, context, queue, max_tokens, kv_
         raise click.UsageError(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot start the server: {e}") from None
-    sys.exit(rc)
+    # Everything is shut down in order by now (requests ended, engine closed on its thread, request log closed).
+    # Leave without the interpreter's teardown: its finalizers may free GPU memory after the CUDA context is gone,
+    # which crashed a cuda-backend server on SIGTERM (exit 139) once prompt graphs existed.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

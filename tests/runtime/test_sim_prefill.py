@@ -85,3 +85,6 @@ def test_warm_prompt_graphs_leaves_no_trace(micro):
     fresh = cold.prefill(cold.new_slot(), P, 0)
     assert np.isfinite(fresh).all()
     assert np.array_equal(warmed, fresh)
+    for b in (be, cold):  # close drops every graph table (what the server does on SIGTERM)
+        b.close()
+        assert not (b.graphs.graphs or b.graphs.wgraphs or b.runner._pgraphs)
