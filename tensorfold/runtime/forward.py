@@ -40,6 +40,13 @@ from tensorfold.kernels import activations, affine, attention, compact, conv, de
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
+try:  # decode launches small grids on purpose (one row, a few blocks): numba's low-occupancy warning is noise here
+    from numba.cuda.core import config as _nb_config
+
+    _nb_config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+except Exception:  # noqa: BLE001 -- another numba-cuda layout: the warnings stay
+    pass
+
 __all__ = ["Batch", "Meta", "SampleMeta", "Buffers", "Runner", "step_batch", "window_batch", "tree_batch", "prompt_batch",
            "MAX_WINDOW"]
 
