@@ -227,11 +227,11 @@ def _install_sim_block_barrier():
         m._tf_gen += 1
         m._tf_cond.notify_all()
 
-    def _finish(self, m):
+    def _finish(m, exc):
         with m._tf_cond:
             m._tf_live -= 1
-            if self.exception is not None and m._tf_failed is None:
-                m._tf_failed = self
+            if exc is not None and m._tf_failed is None:
+                m._tf_failed = exc
             if m._tf_blocked and m._tf_blocked == m._tf_live:
                 _release(m)
             m._tf_cond.notify_all()
@@ -264,9 +264,10 @@ def _install_sim_block_barrier():
                 try:
                     thread_run(self)
                 finally:
+                    exc = self.exception  # read before the worker can be handed another job
                     with free_lock:  # back in the pool before the block can complete: the next block reuses it
                         free.append(self)
-                    _finish(self, m)
+                    _finish(m, exc)
 
         def syncthreads(self):
             if self.abort:
@@ -319,7 +320,7 @@ def _install_sim_block_barrier():
                         w.abort = True
                 self._tf_cond.notify_all()
         if failed is not None:
-            raise failed.exception[0].with_traceback(failed.exception[1])
+            raise failed[0].with_traceback(failed[1])
 
     BM.run = run_block
     BM._tf_barrier = True
