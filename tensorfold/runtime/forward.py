@@ -791,19 +791,7 @@ class Runner:
             if self._core_stream is None or self._core_for is not stream:
                 self._pgraphs.clear()  # graphs are launched on the stream they were built for
                 self._core_stream, self._core_for = dev.create_stream(stream), stream
-            gb = self._core_stream.create_graph_builder()
-            gb.begin_building()
-            try:
-                go(gb)
-            except BaseException:
-                try:
-                    gb.end_building()
-                except Exception:  # noqa: BLE001
-                    pass
-                raise
-            graph = gb.end_building().complete()
-            graph.upload(self._core_stream)
-            self._pgraphs[key] = graph
+            self._pgraphs[key] = glue.capture_graph(self._core_stream, go)
         except Exception as e:  # noqa: BLE001 -- this key stays eager (padded launches, same values)
             self._pgraph_failed.add(key)
             self.prompt_graph_error = f"prompt graph {key}: {type(e).__name__}: {e}"

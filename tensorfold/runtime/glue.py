@@ -246,6 +246,25 @@ def sim_attention(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
             o[r, h] = (v / (1.0 + np.exp(-g))).astype(np.float32)
 
 
+def capture_graph(core_stream, launch):
+    """Capture ``launch(builder)`` on the cuda.core stream ``core_stream`` into a completed, uploaded graph. The
+    launches must not compile, allocate or sync (run them eagerly once first); on an error the capture is ended
+    before the error propagates, so the stream is usable again."""
+    gb = core_stream.create_graph_builder()
+    gb.begin_building()
+    try:
+        launch(gb)
+    except BaseException:
+        try:
+            gb.end_building()
+        except Exception:  # noqa: BLE001 -- the launch's own error is the one to report
+            pass
+        raise
+    graph = gb.end_building().complete()
+    graph.upload(core_stream)
+    return graph
+
+
 def launch_gather(x, sel, out, *, stream=0, blocks=None):
     k_gather[blocks or _rows_grid(sel.shape[0]), NT, stream](x, sel, out)
 

@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.kernels._device import IS_SIM
+from tensorfold.runtime import glue
 from tensorfold.runtime.forward import _D2D, _D2H, MAX_WINDOW, Batch, Meta, step_batch
 
 __all__ = ["DecodeGraphs", "buckets_for", "WINDOW_BUCKETS"]
@@ -105,19 +106,7 @@ class DecodeGraphs:
         dev.set_current()
         if self._core_stream is None:
             self._core_stream = dev.create_stream(self.stream)
-        gb = self._core_stream.create_graph_builder()
-        gb.begin_building()
-        try:
-            launch(gb)
-        except BaseException:
-            try:
-                gb.end_building()
-            except Exception:  # noqa: BLE001
-                pass
-            raise
-        graph = gb.end_building().complete()
-        graph.upload(self._core_stream)
-        return graph
+        return glue.capture_graph(self._core_stream, launch)
 
     def capture(self, b: int) -> None:
         """Compile (eager run on padding rows) and capture the bucket-b step graph."""

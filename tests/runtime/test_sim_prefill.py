@@ -7,13 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorfold.engine.backend import PrefillJob, SampleRow
+from tensorfold.engine.backend import PrefillJob
 from tensorfold.runtime.backend import CudaBackend
 from tensorfold.runtime.prefill import prefill_many
-
-
-def _row(pos, t=0.0, seed=0):
-    return SampleRow(temperature=t, top_k=0, top_p=1.0, min_p=0.0, seed=seed, position=pos, valid_vocab=512)
+from tests.runtime.test_sim_backend import _row
 
 
 def test_prefill_many_equals_one_by_one(micro):
