@@ -87,6 +87,27 @@ def copy_bandwidth():
     return 2 * n / dt
 
 
+def graph_time(launches, be, reps, cs):
+    """GPU us of ``launches`` (list of (dispatcher, grid, block, sharedmem, args)) replayed ``reps`` times in one
+    captured graph on the cuda.core stream ``cs`` (after one warm replay), divided by reps."""
+    from numba import cuda
+
+    gb = cs.create_graph_builder()
+    gb.begin_building()
+    for _ in range(reps):
+        for disp, g, b, sm, args in launches:
+            disp[g, b, gb, sm](*args)
+    graph = gb.end_building().complete()
+    graph.launch(cs)
+    be.stream.synchronize()
+    e0, e1 = cuda.event(), cuda.event()
+    e0.record(be.stream)
+    graph.launch(cs)
+    e1.record(be.stream)
+    e1.synchronize()
+    return cuda.event_elapsed_time(e0, e1) * 1e3 / reps
+
+
 def profile_step(be, n, log, reps=20):
     """Per-kernel GPU time of one decode step of ``n`` streams: the step runs once eagerly (same launches as its
     graph) while every launch is recorded; each recorded launch is then replayed ``reps`` times inside its own
@@ -130,19 +151,7 @@ def profile_step(be, n, log, reps=20):
         us = 0.0
         if not IS_SIM:
             try:
-                gb = cs.create_graph_builder()
-                gb.begin_building()
-                for _ in range(reps):
-                    disp[g, b, gb, sm](*args)
-                graph = gb.end_building().complete()
-                graph.launch(cs)
-                be.stream.synchronize()
-                e0, e1 = cuda.event(), cuda.event()
-                e0.record(be.stream)
-                graph.launch(cs)
-                e1.record(be.stream)
-                e1.synchronize()
-                us = cuda.event_elapsed_time(e0, e1) * 1e3 / reps
+                us = graph_time([(disp, g, b, sm, args)], be, reps, cs)
             except Exception as e:  # noqa: BLE001
                 log(f"  profile: {name} not timed ({type(e).__name__}: {e})")
         c, t = agg.get(name, (0, 0.0))

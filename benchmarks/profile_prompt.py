@@ -148,24 +148,11 @@ class Spy:
 
 
 def _graph_time(launches, be, reps, cs):
-    """GPU us of ``launches`` (list of (dispatcher, grid, block, sharedmem, args)) replayed ``reps`` times in one
-    captured graph (after one warm replay), divided by reps."""
-    from numba import cuda
+    """GPU us of ``launches`` replayed ``reps`` times in one captured graph (``bench_decode.graph_time``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_decode import graph_time
 
-    gb = cs.create_graph_builder()
-    gb.begin_building()
-    for _ in range(reps):
-        for disp, g, b, sm, args in launches:
-            disp[g, b, gb, sm](*args)
-    graph = gb.end_building().complete()
-    graph.launch(cs)
-    be.stream.synchronize()
-    e0, e1 = cuda.event(), cuda.event()
-    e0.record(be.stream)
-    graph.launch(cs)
-    e1.record(be.stream)
-    e1.synchronize()
-    return cuda.event_elapsed_time(e0, e1) * 1e3 / reps
+    return graph_time(launches, be, reps, cs)
 
 
 def _gemm_flops(name, args):
