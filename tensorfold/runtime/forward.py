@@ -558,7 +558,7 @@ class Runner:
         self.prompt_rows = prompt_rows
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
         self.sample_meta = SampleMeta(self.buf.out_rows)
-        self.sim_gemv = True  # simulator: glue's host stand-ins for the GEMV and attention kernels (very slow to simulate)
+        self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
         self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
@@ -569,8 +569,8 @@ class Runner:
     def _linear(self, name, x, y, R, prompt, stream):
         """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows)."""
         ent = self.arena.linear(name)
-        if IS_SIM and self.sim_gemv:
-            glue.launch_gemv_simple(ent, x[:R], y[:R], stream=stream, blocks=1)
+        if IS_SIM and self.sim_stand_ins:
+            glue.sim_linear(ent, x[:R], y[:R])
             return
         if prompt and ent["kind"] == "affine" and R > 16:
             gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
@@ -652,7 +652,7 @@ class Runner:
                                       stream=stream, row_blocks=1 if IS_SIM else None)
         nz = B.nc if b is None else max(1, attention.max_chunks(b.max_keys))
         Ra = B.att_rows
-        sim_host = IS_SIM and self.sim_gemv  # host stand-in (the kernels' own simulator tests cover them)
+        sim_host = IS_SIM and self.sim_stand_ins  # host stand-in (the kernels' own simulator tests cover them)
         if sim_host:
             glue.sim_attention(B.q[:R], cc.k[fl], cc.v[fl], ks, vs, m.view("row_slot", R), m.view("nk", R),
                                m.view("tmask", R), m.view("tbase", R), self.scale, qg, B.att[:R])

@@ -5,7 +5,7 @@ Oracles: the numpy ``ReferenceModel`` on the same weights (tolerance below) and 
 (exactness properties, bit for bit): window rows == steps, tree rows == steps along each branch, a committed path
 == stepping it, a stream beside another stream of a different length == alone, prompt mode vs step mode (KL,
 argmax), in bf16 and fp8 caches. Fresh random token ids per test (seeded). The simulator needs seconds per row,
-so the rows are few. In the simulator the linears use ``glue.gemv_simple`` (the affine GEMV kernels take minutes
+so the rows are few. In the simulator the linears use ``glue.sim_linear`` (the affine GEMV kernels take minutes
 to simulate); the GPU tier (tests/runtime/test_gpu_runtime.py) runs the real ones at 2B geometry.
 
 Tolerance vs the reference: different fp32 summation orders; logits (O(10)) agree to ``atol = rtol = 2e-4``
