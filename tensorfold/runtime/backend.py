@@ -176,9 +176,7 @@ class CudaBackend(Backend):
 
         t = time.time()
         vv = int(valid_vocab)
-        if vv != self.graphs.valid_vocab:
-            self.graphs.valid_vocab = vv
-            self.graphs.graphs.clear()
+        if self.graphs.use_vocab(vv):
             self.graphs.capture_all()
         n = warm_prompt_graphs(self, min(self.prompt_rows, max(64, int(prompt_chunk)), 1024), vv)
         self.timings["warm"] = time.time() - t

@@ -88,6 +88,17 @@ class DecodeGraphs:
         self._pipe = None  # launch_step's buffers (made on first use)
         self._pipe_last = None
 
+    def use_vocab(self, valid_vocab) -> bool:
+        """Make ``valid_vocab`` (ids at or above it are never drawn) the sampler bound of the graphs. The bound is
+        captured into every graph, so a new one drops them all (steps, windows, trees); they are recaptured on
+        use. True when it changed."""
+        if not valid_vocab or int(valid_vocab) == self.valid_vocab:
+            return False
+        self.valid_vocab = int(valid_vocab)
+        self.graphs.clear()
+        self.wgraphs.clear()
+        return True
+
     def bucket(self, n: int) -> int:
         for b in self.buckets:
             if n <= b:
@@ -161,11 +172,7 @@ class DecodeGraphs:
         R = b * w
         sampled = sample_rows is not None
         if sampled:
-            vv = sample_rows[0].valid_vocab if sample_rows else None
-            if vv and vv != self.valid_vocab:
-                self.valid_vocab = int(vv)
-                self.graphs.clear()
-                self.wgraphs.clear()
+            self.use_vocab(sample_rows[0].valid_vocab if sample_rows else None)
         if (b, w) not in self.wmetas:
             self.wmetas[b, w] = Meta(R, b)
         meta = self.wmetas[b, w]
@@ -225,11 +232,7 @@ class DecodeGraphs:
         n = len(slots)
         b = self.bucket(n)
         self._pipe_last = None  # a later chained launch_step must not take its ids from before this step
-        if rows:
-            vv = rows[0].valid_vocab
-            if vv and vv != self.valid_vocab:  # the sampler's vocabulary bound is captured: recapture
-                self.valid_vocab = int(vv)
-                self.graphs.clear()
+        self.use_vocab(rows[0].valid_vocab if rows else None)
         st = self.stream
         meta, sm = self.metas[b], self.run.sample_meta
         meta.write_step(slots, ids, lens, stream=st)
@@ -252,10 +255,7 @@ class DecodeGraphs:
         n = len(slots)
         b = self.bucket(n)
         self._pipe_last = None
-        vv = rows[0].valid_vocab if rows else None
-        if vv and vv != self.valid_vocab:  # the sampler's vocabulary bound is captured: recapture for a new one
-            self.valid_vocab = int(vv)
-            self.graphs.clear()
+        self.use_vocab(rows[0].valid_vocab if rows else None)
         batch = step_batch(slots, ids, lens).pad(b, b)
         meta = self.metas[b]
         meta.write(batch, stream=self.stream)
@@ -289,11 +289,7 @@ class DecodeGraphs:
         if chain and self._pipe_last != tuple(slots):
             raise ValueError("launch_step: chain=True needs the previous launch's slots, in the same order")
         b = self.bucket(n)
-        if rows:
-            vv = rows[0].valid_vocab
-            if vv and vv != self.valid_vocab:
-                self.valid_vocab = int(vv)
-                self.graphs.clear()
+        self.use_vocab(rows[0].valid_vocab if rows else None)
         p = self._pipe
         if p is None:  # lazily: two token staging buffers, the chained ids, events
             p = self._pipe = {

@@ -195,3 +195,17 @@ def test_decode_sample_checks():
     with pytest.raises(ValueError, match="slot 0 is full"):
         be.decode_sample([2, 0], [5, 9], [r, r])
     assert be._lens == {0: 4, 2: 2} and len(calls) == 1
+
+
+def test_use_vocab_drops_every_graph_table(micro):
+    """A new sampler bound (captured into every graph) drops the step AND the window / tree graphs."""
+    from tensorfold.runtime.backend import CudaBackend
+
+    be = CudaBackend(micro.tensors, micro.config, parallel=2, context=16, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    g = be.graphs
+    vv = g.valid_vocab
+    g.graphs[1], g.wgraphs[("step", 1, 2, True)] = object(), object()
+    assert not g.use_vocab(vv) and not g.use_vocab(None) and g.graphs and g.wgraphs
+    assert g.use_vocab(vv - 7) and g.valid_vocab == vv - 7
+    assert not g.graphs and not g.wgraphs
