@@ -163,6 +163,20 @@ def profile_step(be, n, log, reps=20):
     return agg
 
 
+def start_streams(be, n, rng, decode_prompt, warm_steps=3):
+    """n new streams, each prefilled with ``decode_prompt`` random tokens and decoded ``warm_steps`` greedy steps
+    (compiles and captures what decoding them needs) -> (slots, their last token ids)."""
+    V = be.vocab_size
+    slots = [be.new_slot() for _ in range(n)]
+    toks = []
+    for s in slots:
+        ids = [int(x) for x in rng.integers(0, min(V, 240000), decode_prompt)]
+        toks.append(be.prefill_sample(s, ids, 0, _sample_rows([decode_prompt], V)[0]))
+    for _ in range(warm_steps):
+        toks = be.decode_sample(slots, toks, _sample_rows([be._lens[s] for s in slots], V))
+    return slots, toks
+
+
 def _sample_rows(lens, vocab):
     from tensorfold.engine.backend import SampleRow
 
@@ -181,13 +195,7 @@ def host_split(be, n, steps, log, rng, decode_prompt=32, tag=""):
     Rows are greedy; each loop continues the streams (lengths advance), ``replay`` reruns one step's inputs."""
     g = be.graphs
     V = be.vocab_size
-    slots = [be.new_slot() for _ in range(n)]
-    toks = []
-    for s in slots:
-        ids = [int(x) for x in rng.integers(0, min(V, 240000), decode_prompt)]
-        toks.append(be.prefill_sample(s, ids, 0, _sample_rows([decode_prompt], V)[0]))
-    for _ in range(3):
-        toks = be.decode_sample(slots, toks, _sample_rows([be._lens[s] for s in slots], V))
+    slots, toks = start_streams(be, n, rng, decode_prompt)
     b = g.bucket(n)
     res = {}
     sync = g.stream.synchronize
@@ -275,14 +283,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
             for k, v in res.items():
                 rows.append((f"decode, {k}", n, n / v, v * 1e3, None, 0.0))
     for n in streams:
-        slots = [be.new_slot() for _ in range(n)]
-        toks = []
-        for s in slots:
-            ids = [int(x) for x in rng.integers(0, min(V, 240000), decode_prompt)]
-            toks.append(be.prefill_sample(s, ids, 0, _sample_rows([decode_prompt], V)[0]))
-        for _ in range(3):
-            lens = [be._lens[s] for s in slots]
-            toks = be.decode_sample(slots, toks, _sample_rows(lens, V))
+        slots, toks = start_streams(be, n, rng, decode_prompt)
         t = time.perf_counter()
         for _ in range(steps):
             lens = [be._lens[s] for s in slots]
