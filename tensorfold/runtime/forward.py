@@ -784,13 +784,10 @@ class Runner:
         if IS_SIM or key in self._pgraph_failed:
             return
         try:
-            from cuda.core import Device
-
-            dev = Device()
-            dev.set_current()
-            if self._core_stream is None or self._core_for is not stream:
+            if self._core_for is not stream:
                 self._pgraphs.clear()  # graphs are launched on the stream they were built for
-                self._core_stream, self._core_for = dev.create_stream(stream), stream
+                self._core_stream, self._core_for = None, stream
+            self._core_stream = glue.core_stream(stream, self._core_stream)
             self._pgraphs[key] = glue.capture_graph(self._core_stream, go)
         except Exception as e:  # noqa: BLE001 -- this key stays eager (padded launches, same values)
             self._pgraph_failed.add(key)

@@ -24,7 +24,7 @@ from tensorfold.kernels._device import IS_SIM
 
 NT = 2 if IS_SIM else 128  # the simulator runs a Python thread per GPU thread: keep its blocks tiny
 
-__all__ = ["launch_argmax", "launch_zero_slot", "launch_gather", "sim_linear", "sim_attention", "capture_graph",
+__all__ = ["launch_argmax", "launch_zero_slot", "launch_gather", "sim_linear", "sim_attention", "core_stream", "capture_graph",
            "KERNELS"]
 
 
@@ -125,6 +125,17 @@ def sim_attention(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
                        gate=np.asarray(qg)[:, :, hd:])
     live = rs >= 0
     np.asarray(out)[live] = o[live]
+
+
+def core_stream(stream, made=None):
+    """The cuda.core stream over numba ``stream`` that graphs are captured on and launched with: ``made`` when given
+    (one made earlier), else a new one. Either way the device is made current on the calling thread first, as
+    cuda.core's capture needs."""
+    from cuda.core import Device
+
+    dev = Device()
+    dev.set_current()
+    return made if made is not None else dev.create_stream(stream)
 
 
 def capture_graph(core_stream, launch):

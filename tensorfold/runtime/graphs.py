@@ -111,12 +111,7 @@ class DecodeGraphs:
 
     def _build(self, launch):
         """Capture ``launch(stream)`` (already run eagerly once: everything compiled) into an uploaded graph."""
-        from cuda.core import Device
-
-        dev = Device()
-        dev.set_current()
-        if self._core_stream is None:
-            self._core_stream = dev.create_stream(self.stream)
+        self._core_stream = glue.core_stream(self.stream, self._core_stream)
         return glue.capture_graph(self._core_stream, launch)
 
     def capture(self, b: int) -> None:
