@@ -358,13 +358,12 @@ class Engine:
                                               [self._row(s) for s in seqs])
             for seq, tok in zip(seqs, toks):
                 self._append(seq, tok, out)
-        if plan.prefill:
-            jobs = [PrefillJob(ch.seq.slot, ch.seq.prompt_ids[ch.start:ch.end], ch.start,
-                               self._row(ch.seq) if ch.last else None) for ch in plan.prefill]
-            toks = self.backend.prefill_many(jobs)
-            if len(toks) != len(jobs):
-                raise RuntimeError(f"backend prefill_many returned {len(toks)} results for {len(jobs)} chunks")
-        for ch, tok in zip(plan.prefill, toks if plan.prefill else []):
+        jobs = [PrefillJob(ch.seq.slot, ch.seq.prompt_ids[ch.start:ch.end], ch.start,
+                           self._row(ch.seq) if ch.last else None) for ch in plan.prefill]
+        toks = self.backend.prefill_many(jobs) if jobs else []
+        if len(toks) != len(jobs):
+            raise RuntimeError(f"backend prefill_many returned {len(toks)} results for {len(jobs)} chunks")
+        for ch, tok in zip(plan.prefill, toks):
             seq = ch.seq
             seq.num_prefilled = ch.end
             prompt_done += ch.end - ch.start
