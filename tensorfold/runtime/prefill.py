@@ -59,10 +59,9 @@ def prefill_many(be, jobs: Sequence[PrefillJob]) -> list[int | None]:
     res: list[int | None] = [None] * len(jobs)
     vv = next((j.row.valid_vocab for j in jobs if j.row is not None), None) or be.vocab_size
     for g in _groups(jobs, be.prompt_rows):
-        if len(g) == 1 or len(jobs[g[0]].ids) > be.prompt_rows:
-            for i in g:
-                j = jobs[i]
-                res[i] = be._prefill(j.slot, j.ids, j.start_pos, False, j.row)
+        if len(g) == 1:  # alone (a job longer than prompt_rows always is): the backend's chunked path
+            j = jobs[g[0]]
+            res[g[0]] = be._prefill(j.slot, j.ids, j.start_pos, False, j.row)
             continue
         batch = F.prompt_batch([(jobs[i].slot, [int(t) for t in jobs[i].ids], jobs[i].start_pos) for i in g])
         rows = []
