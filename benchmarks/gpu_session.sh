@@ -50,6 +50,18 @@ if [ -s "${VARIANT_FILE:-/tmp/tf_variant}" ]; then
     echo "TENSORFOLD_GEMV_VARIANT=$TENSORFOLD_GEMV_VARIANT" | tee -a "$LOG"
 fi
 
+if has gemv3; then
+    # qgemv (the bandwidth-oriented tensor-core decode GEMV): its GPU tests, then geometries against the old kernel
+    echo "== qgemv: GPU tests and timing" | tee -a "$LOG"
+    timeout "${T_GEMV3_TESTS:-150}" $PY -m pytest -m gpu -q -p no:cacheprovider -W ignore -rfE \
+        tests/kernels/test_gpu_qgemv.py >"$OUT/gemv3_gpu_tests.txt" 2>&1
+    echo "pytest exit code $?" >>"$OUT/gemv3_gpu_tests.txt"
+    tail -15 "$OUT/gemv3_gpu_tests.txt" | tee -a "$LOG"
+    timeout "${T_GEMV3_BENCH:-220}" $PY benchmarks/bench_gemv3.py --configs "${GEMV3_CONFIGS:-4,2,2,2,1056}" \
+        --rows "${GEMV3_ROWS:-1,8}" --shapes "${GEMV3_SHAPES:-}" --out "$OUT" 2>&1 | tee "$OUT/gemv3_bench.txt" \
+        | tee -a "$LOG"
+fi
+
 NORM_FLAG=${NORM_FLAG:-/tmp/tf_norm_vec}
 if has norm; then
     # the vectorized add+RMSNorm / RMSNorm (opt-in until checked on a GPU): its GPU tests, then its timing; when

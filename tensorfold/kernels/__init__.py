@@ -7,13 +7,15 @@ compile tier, ``tests/kernels/test_compile.py``, fails when one of those spills 
 chosen at import time.
 
 Modules (owner): _device, affine, embedding, norms, activations, sample, launch (part A);
-delta_rule, conv, attention, kv8, compact (part B); gemm (tensor-core prompt GEMM).
+delta_rule, conv, attention, kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the
+bandwidth-oriented tensor-core decode GEMV).
 """
 
 KERNEL_MODULES = (
     "_device",
     "_mma",
     "affine",
+    "qgemv",
     "gemm",
     "embedding",
     "norms",

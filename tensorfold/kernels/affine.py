@@ -92,6 +92,7 @@ from numba import cuda
 from . import _device
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
+from . import qgemv as _qgemv3
 
 __all__ = [
     "GemvPlan",
@@ -1060,9 +1061,17 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
 
 
-def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256) -> GemvPlan:
-    """Geometry from the weight shape only (never from the row count: see the exactness rule). Bits 2 (groups 64,
-    128), 4 and 8 get the tensor-core kernel unless ``TENSORFOLD_GEMV_TC=0``; others the CUDA-core kernel."""
+def _v3_enabled() -> bool:
+    """``TENSORFOLD_GEMV_V3=0`` keeps the first tensor-core kernel for the formats ``qgemv`` covers."""
+    return os.environ.get("TENSORFOLD_GEMV_V3", "0") != "0"
+
+
+def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256):
+    """Geometry from the weight shape only (never from the row count: see the exactness rule). Formats of
+    ``qgemv.FORMATS`` get ``qgemv``'s kernel (a ``qgemv.V3Plan``) when enabled; other bits 2 (groups 64, 128), 4
+    and 8 the first tensor-core kernel unless ``TENSORFOLD_GEMV_TC=0``; the rest the CUDA-core kernel."""
+    if bits != 16 and _tc_enabled() and _v3_enabled() and _qgemv3.supported(bits, group, inp):
+        return _qgemv3.plan(out, inp, bits, group)
     if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):
         return plan_tc(out, inp, bits, group)
     return _plan_cuda_core(out, inp, bits, group, max_tpb)
@@ -1096,6 +1105,15 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group)
+    if isinstance(plan, _qgemv3.V3Plan):
+        if no is None and _scale_kind(S) == "bf16":
+            for r0 in range(0, R, 16):
+                n = min(16, R - r0)
+                w = None if ws is None else ws.reshape(-1)[:plan.ks * n * out].reshape((plan.ks, n, out))
+                _qgemv3.launch(W, S, B, x[r0:r0 + n], y[r0:r0 + n], plan, n, ws=w, stream=stream)
+            return y
+        plan = plan_tc(out, inp, bits, group) if _tc_supported(bits, group, inp) else _plan_cuda_core(
+            out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:

@@ -36,7 +36,8 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.kernels._device import IS_SIM
-from tensorfold.kernels import activations, affine, attention, compact, conv, delta_rule, embedding, gemm, kv8, norms
+from tensorfold.kernels import activations, affine, attention, compact, conv, delta_rule, embedding, gemm, kv8, norms, \
+    qgemv
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
@@ -487,6 +488,7 @@ class Buffers:
             if p.ks > 1:
                 ws = max(ws, p.ks * GEMV_ROWS * p.out)
         self.ws = d(ws, f)
+        qgemv.counters()  # the split-K arrival counters, allocated before any graph capture
         self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
 
     @staticmethod

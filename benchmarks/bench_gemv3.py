@@ -1,0 +1,102 @@
+"""Decode GEMV on the H200: ``tensorfold.kernels.qgemv`` (geometries given on the command line) against the first
+tensor-core kernel (``affine``'s shape default) at real 2B / 9B / 27B shapes, 4-bit g64, 1 / 8 / 16 rows.
+
+Each case is timed inside a captured CUDA graph (``bench_kernels.time_case``), weights rotated over >= 256 MB so L2
+serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share of the measured copy bandwidth.
+
+    python3 benchmarks/bench_gemv3.py --configs "4,2,2,2,1056;4,2,4,1,528" --rows 1,8 --out DIR
+
+A config is ``nw,mt,u,depth,blocks`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
+
+SHAPES = [("2B", "gate/up", 12288, 2048), ("2B", "down", 2048, 6144), ("9B", "gate/up", 24576, 4096),
+          ("9B", "down", 4096, 12288), ("27B", "gate/up", 34816, 5120), ("27B", "down", 5120, 17408),
+          ("2B", "head", 248320, 2048)]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", default="4,2,2,2,1056")
+    ap.add_argument("--rows", default="1,8")
+    ap.add_argument("--shapes", default="", help="comma list of indices into SHAPES (default all)")
+    ap.add_argument("--no-old", action="store_true")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = ap.parse_args(argv)
+    import bench_kernels as bk
+    from tensorfold.kernels import affine as A
+    from tensorfold.kernels import qgemv as Q
+
+    ctx = bk._ctx()
+    cuda = ctx["cuda"]
+    Q.counters()
+    bw = bk.copy_bandwidth(ctx)
+    commit = os.environ.get("TF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                                                           capture_output=True, text=True).stdout.strip()
+    print(f"copy bandwidth {bw:.0f} GB/s, commit {commit}", flush=True)
+    configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c]
+    rows = [int(r) for r in args.rows.split(",")]
+    shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    res = []
+    for model, label, out, inp in shapes:
+        bits, group = 4, 64
+        wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
+        ncp = bk._copies(wbytes)
+        mats = []
+        for _ in range(ncp):
+            P, _p = ctx["rand_u32"]((out, inp * bits // 32))
+            S, _s = ctx["rand_bf16"]((out, inp // group))
+            B, _b = ctx["rand_bf16"]((out, inp // group))
+            mats.append((P, S, B, _p, _s, _b))
+        for R in rows:
+            x, _x = ctx["rand_f32"]((R, inp))
+            y = cuda.device_array((R, out), dtype="float32")
+            plans = [] if args.no_old else [("old " + A.plan_tc(out, inp, bits, group).variant,
+                                             A.plan_tc(out, inp, bits, group))]
+            for c in configs:
+                nw, mt, u, depth, blocks = c
+                plans.append((f"v3 {nw},{mt},{u},{depth},{blocks}", Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u,
+                                                                            depth=depth, blocks=blocks)))
+            for name, p in plans:
+                ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
+
+                def mk(m, p=p, ws=ws, keep=_x):
+                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
+
+                case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
+                               launches=[mk(m) for m in mats])
+                try:
+                    sec, how = bk.time_case(case, ctx)
+                except Exception as e:  # noqa: BLE001
+                    print(f"{model} {label} R={R} {name}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    continue
+                us = sec * 1e6
+                gbs = case.nbytes / sec / 1e9
+                geo = (f"ks {p.ks} cg {p.cg} blocks {-(-out // p.block_rows) * p.ks}" if isinstance(p, Q.V3Plan)
+                       else f"ks {p.ks} tpb {p.tpb}")
+                row = dict(model=model, label=label, out=out, inp=inp, R=R, kernel=name, us=us, gbs=gbs,
+                           pct=100 * gbs / bw, geo=geo, how=how)
+                res.append(row)
+                print(f"{model} {label} {out}x{inp} R={R} {name:24s} {us:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %"
+                      f"  ({geo})", flush=True)
+            del x, _x
+        del mats
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"gemv3_{commit}.json"), "w") as f:
+        json.dump(dict(commit=commit, copy_gbs=bw, rows=res), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,701 @@
+"""Decode GEMV on tensor cores, built for bandwidth at one row: ``y[r, o] = sum_i x[r, i] * (s[o, g] q[o, i] + b[o, g])``
+for 1..16 rows, MLX affine 2/4/8-bit weights straight from their packing (bf16 scales and biases).
+
+Owns ``plan`` / ``launch`` (called through ``affine.plan_qgemv`` / ``affine.launch_qgemv``), the generated kernels
+(``get_pyfunc`` / ``get_kernel``) and ``counters`` (the per-device arrival counters of the in-kernel split-K sum).
+
+Reference mirrored: ``tensorfold.reference.ops.linear`` with ``affine_dequant`` (fp32 ``scale * q + bias``).
+
+Why a second tensor-core GEMV. The first (``affine._gen_tc_source``) ran at 22-31 % of the copy bandwidth at one
+row: its loop spent about 169 SASS instructions per 512 bytes of 4-bit weights (address arithmetic per load,
+per-warp splitting of x into bf16 hi + lo, a bf16 subtract per code pair, two mma's per k-step) and kept few loads in
+flight. This kernel removes most of that work:
+
+- **x is prepared once per block**, not once per warp and group: the block's threads split its K chunk of x into
+  bf16 hi and lo parts, already in mma B-fragment order, into shared memory (one 8-byte load per lane and k-step in
+  the loop), and sum each group of x once (fixed sequential order).
+- **hi and lo are two columns of B.** Batch row ``r`` of an n-tile owns columns ``2r`` (its hi part) and ``2r + 1``
+  (its lo part), so one mma per k-step serves up to 4 rows with fp32-class x; the two C columns are added in the
+  epilogue. 1-4 rows: one n-tile; 5-8: two; 9-16: four.
+- **Codes stay offset by 128.** A 2- or 4-bit code or'ed into the mantissa of bf16 128 reads as ``128 + q`` exactly;
+  instead of subtracting 128 per code pair, the group's epilogue uses ``acc += s * D + (b - 128 s) * sum_x`` with
+  ``D = dot(128 + q, x)``, which equals ``s * dot(q, x) + b * sum_x`` (8-bit codes decode exactly, offset 0).
+- **Loads run ahead**: every warp issues the weight words and scale/bias words of ``depth`` iterations ahead before
+  computing the current one (a register ring), and the first loads are issued before the x preparation, so their
+  latency hides behind it. Offsets are a per-row base plus constants.
+- **Split-K without a second launch.** A block owns ``nw * mt * 16`` output rows and one chunk of ``cg`` groups.
+  With several chunks (``ks > 1``) each block writes its partial sums to the workspace and the last block of a row
+  range to arrive (an atomic counter) adds the ``ks`` partials in chunk order and writes ``y``; it then resets the
+  counter, so graph replays find it at zero.
+
+Exactness: a row's result does not depend on how many rows share the launch, nor on which block arrives last: an
+mma column depends only on its own B column; each chunk's groups are accumulated in order; the partials are summed
+in chunk order 0..ks-1; the geometry (``nw``, ``mt``, ``cg``, hence ``ks``) is a function of (out, in, bits, group)
+only, never of the row count.
+
+Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) of a warp owns output rows g and g + 8 of each of its
+16-row tiles and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group *
+bits / 128``); the physical k order of every mma step is the lanes' own (``affine._tc_lane_layout``), and x's
+B-fragments are built with the same permutation, which leaves each dot product unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from ._device import IS_SIM, bf16_to_f32, devfn
+from ._mma import mma_bf16, pack_bf16x2
+
+__all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS",
+           "HOT", "FORMATS"]
+
+FORMATS = ((4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (2, 64), (2, 128))  # LW = 1, 2 or 4 words
+NCOUNTERS = 1 << 16
+_XB_BYTES = 32768  # shared bytes of x fragments a block prepares at a time (a sub-chunk)
+
+
+def supported(bits: int, group: int, inp: int, scale_kind: str = "bf16") -> bool:
+    return (bits, group) in FORMATS and inp % group == 0 and scale_kind == "bf16"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# loads by flat element offset (GPU: inline PTX; simulator: plain indexing)
+# ----------------------------------------------------------------------------------------------------------------
+
+if not IS_SIM:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    def _ptr(context, builder, arrty, a, off, offty, elt_bits):
+        ary = context.make_array(arrty)(context, builder, value=a)
+        off = context.cast(builder, off, offty, _types.intp)
+        p = builder.gep(ary.data, [off])
+        return builder.bitcast(p, _ir.PointerType(_ir.IntType(elt_bits))) if elt_bits else p
+
+    def _make_ld(n, bits_in, cache):
+        """``f(arr, off) -> uint32 x n``: ``n`` 32-bit words at element offset ``off`` of a C-contiguous array
+        (any element type; the address aligned to ``4 n`` bytes), ``ld.global.<cache>``."""
+        regs = ", ".join(f"${k}" for k in range(n))
+        vec = f".v{n}" if n > 1 else ""
+        text = f"ld.global.{cache}{vec}.u32 {{{regs}}}, [${n}];" if n > 1 else f"ld.global.{cache}.u32 $0, [$1];"
+
+        def typer(typingctx, arr, off):
+            if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
+                return None
+            ret = _types.UniTuple(_types.uint32, n) if n > 1 else _types.uint32
+            sig = ret(arr, off)
+
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
+                i32 = _ir.IntType(32)
+                p = builder.bitcast(p, _ir.PointerType(i32))
+                st = _ir.LiteralStructType([i32] * n) if n > 1 else i32
+                asm = _ir.InlineAsm(_ir.FunctionType(st, [p.type]), text, ",".join(["=r"] * n) + ",l")
+                res = builder.call(asm, [p])
+                if n == 1:
+                    return res
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(n)])
+
+            return sig, codegen
+
+        return typer
+
+    def _t1(typingctx, arr, off):
+        return _make_ld(1, 32, "nc")(typingctx, arr, off)
+
+    def _t2(typingctx, arr, off):
+        return _make_ld(2, 32, "nc")(typingctx, arr, off)
+
+    def _t4(typingctx, arr, off):
+        return _make_ld(4, 32, "nc")(typingctx, arr, off)
+
+    ld_w1 = _intrinsic(_t1)
+    ld_w2 = _intrinsic(_t2)
+    ld_w4 = _intrinsic(_t4)
+
+    @_intrinsic
+    def ld_cg_f32(typingctx, arr, off):
+        """``arr.flat[off]`` (float32) read through L2 only (``ld.global.cg``): partial sums other blocks wrote."""
+        if not (isinstance(arr, _types.Array) and arr.dtype == _types.float32 and isinstance(off, _types.Integer)):
+            return None
+        sig = _types.float32(arr, off)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
+            asm = _ir.InlineAsm(_ir.FunctionType(_ir.FloatType(), [p.type]), "ld.global.cg.f32 $0, [$1];", "=f,l")
+            return builder.call(asm, [p])
+
+        return sig, codegen
+
+else:
+
+    def _flat(arr):
+        return arr.reshape(-1)
+
+    def _words(arr, off, n):
+        """n 32-bit words starting at element ``off`` of ``arr`` (uint32 or uint16 elements)."""
+        f = _flat(arr)
+        if f.dtype == np.uint32:
+            return [np.uint32(f[off + k]) for k in range(n)]
+        out = []
+        for k in range(n):
+            lo, hi = int(f[off + 2 * k]), int(f[off + 2 * k + 1])
+            out.append(np.uint32(lo | (hi << 16)))
+        return out
+
+    @cuda.jit(device=True)
+    def ld_w1(arr, off):
+        return _words(arr, off, 1)[0]
+
+    @cuda.jit(device=True)
+    def ld_w2(arr, off):
+        w = _words(arr, off, 2)
+        return w[0], w[1]
+
+    @cuda.jit(device=True)
+    def ld_w4(arr, off):
+        w = _words(arr, off, 4)
+        return w[0], w[1], w[2], w[3]
+
+    @cuda.jit(device=True)
+    def ld_cg_f32(arr, off):
+        return arr.reshape(-1)[off]
+
+
+if not IS_SIM:
+
+    def _make_lop3_mask(mask):
+        def typer(typingctx, a, c):
+            if not (isinstance(a, _types.Integer) and isinstance(c, _types.Integer)):
+                return None
+            sig = _types.uint32(a, c)
+
+            def codegen(context, builder, sig, args):
+                i32 = _ir.IntType(32)
+                va = context.cast(builder, args[0], sig.args[0], _types.uint32)
+                vc = context.cast(builder, args[1], sig.args[1], _types.uint32)
+                asm = _ir.InlineAsm(_ir.FunctionType(i32, [i32, i32]), f"lop3.b32 $0, $1, {mask:#x}, $2, 0xEA;",
+                                    "=r,r,r")
+                return builder.call(asm, [va, vc])
+
+            return sig, codegen
+
+        return typer
+
+    def _m4(typingctx, a, c):
+        return _make_lop3_mask(0x000F000F)(typingctx, a, c)
+
+    def _m2(typingctx, a, c):
+        return _make_lop3_mask(0x00030003)(typingctx, a, c)
+
+    # (a & mask) | c in one LOP3 (ptxas otherwise splits the two constants into two instructions)
+    andor_m4 = _intrinsic(_m4)
+    andor_m2 = _intrinsic(_m2)
+
+else:
+
+    @cuda.jit(device=True)
+    def andor_m4(a, c):
+        return np.uint32((int(a) & 0x000F000F) | int(c))
+
+    @cuda.jit(device=True)
+    def andor_m2(a, c):
+        return np.uint32((int(a) & 0x00030003) | int(c))
+
+
+@devfn
+def _bf_lo(v):
+    """The bf16 in the low half of a word, as fp32."""
+    return np.uint32(v << np.uint32(16)).view(np.float32)
+
+
+@devfn
+def _bf_hi(v):
+    """The bf16 in the high half of a word, as fp32."""
+    return np.uint32(v & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+@devfn
+def _split_pair(x0, x1):
+    """(x0, x1) -> packed bf16 hi pair and packed bf16 residual pair (x ~= hi + lo)."""
+    hi = pack_bf16x2(x0, x1)
+    r0 = np.float32(x0) - _bf_lo(hi)
+    r1 = np.float32(x1) - _bf_hi(hi)
+    return hi, pack_bf16x2(r0, r1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# code generation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _lane_layout(bits: int, group: int):
+    """(LW, codes per lane per group, steps): per mma step (word j, [(lo, hi) lane-local code indices of the A/B
+    slot 0 pair, of the slot 1 pair], [the word's pair numbers feeding slot 0, slot 1])."""
+    lw = group * bits // 128
+    cl = group // 4
+    cpw = 32 // bits
+    steps = []
+    for j in range(lw):
+        if bits == 8:
+            steps.append((j, [(4 * j, 4 * j + 1), (4 * j + 2, 4 * j + 3)], [0, 1]))
+        else:
+            half = cpw // 2  # pair i of a word = codes (i, i + half), from the word shifted by bits * i
+            for sl in range(half // 2):
+                i0, i1 = 2 * sl, 2 * sl + 1
+                steps.append((j, [(cpw * j + i0, cpw * j + i0 + half), (cpw * j + i1, cpw * j + i1 + half)],
+                              [i0, i1]))
+    assert len(steps) == group // 16
+    return lw, cl, steps
+
+
+def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
+    """Lines decoding word ``w`` into bf16 pairs ``{pre}0..``: 2/4 bits as ``128 + q`` (no subtract), 8 bits exact."""
+    L = []
+    if bits == 8:
+        # code k of the word (bits 8k..8k+7) through the fp32 magic 2^23 + q, exact, then packed to bf16 pairs
+        q = []
+        for k in range(4):
+            if k == 0:
+                e = f"(({w} & np.uint32(0xFF)) | np.uint32(0x4B000000))"
+            elif k < 3:
+                e = f"((({w} >> np.uint32({8 * k})) & np.uint32(0xFF)) | np.uint32(0x4B000000))"
+            else:
+                e = f"(({w} >> np.uint32(24)) | np.uint32(0x4B000000))"
+            L.append(f"{ind}{pre}f{k} = np.uint32{e}.view(np.float32) - _TWO23")
+        L.append(f"{ind}{pre}0 = pack_bf16x2({pre}f0, {pre}f1)")
+        L.append(f"{ind}{pre}1 = pack_bf16x2({pre}f2, {pre}f3)")
+        return L
+    fn = "andor_m4" if bits == 4 else "andor_m2"
+    for i in range(32 // bits // 2):
+        src = w if i == 0 else f"({w} >> np.uint32({bits * i}))"
+        L.append(f"{ind}{pre}{i} = {fn}({src}, MAGIC)")  # MAGIC: 0x43004300 in a register
+    return L
+
+
+def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, sc: int, u: int,
+                depth: int) -> str:
+    """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block = ``nw`` warps x ``mt`` 16-row tiles (``nw*mt*16`` output
+    rows), one K chunk of ``cg`` groups (``blockIdx.y``); x prepared ``sc`` groups at a time (a sub-chunk); ``u``
+    groups per loop iteration; weight / scale words loaded ``depth`` iterations ahead; ``nt`` n-tiles (4 rows
+    each). ``ks = gridDim.y``: 1 -> ``y`` written directly; more -> partials in ``ws[kz, r, o]`` and the last block
+    of the row range sums them in chunk order."""
+    lw, cl, steps = _lane_layout(bits, group)
+    spg = group // 16
+    wpg = group * bits // 32  # words per row and group
+    off128 = bits != 8
+    nit_sc = sc // u  # iterations per sub-chunk
+    nsc = cg // sc
+    nit = cg // u
+    assert cg % sc == 0 and sc % u == 0 and u in (1, 2, 4)
+    swords = {1: 1, 2: 1, 4: 2}[u]  # 32-bit words of u bf16 scales (u = 1: one word holding 2 groups' scales)
+    ldw = {1: "ld_w1", 2: "ld_w2", 4: "ld_w4"}[lw]
+    lds = {1: "ld_w1", 2: "ld_w2"}[swords]
+    BR = nw * mt * 16
+    L = []
+    a = L.append
+    a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
+    a("    tid = cuda.threadIdx.x")
+    a("    lane = tid & 31")
+    a("    warp = tid >> 5")
+    a("    g = lane >> 2")
+    a("    t = lane & 3")
+    a(f"    xb = cuda.shared.array({sc * spg * nt * 32}, np.uint64)")
+    a(f"    xs = cuda.shared.array({sc * nt * 4}, np.float32)")
+    a(f"    xp = cuda.shared.array({sc * nt * 4 * 4 * spg}, np.float32)")
+    a("    flag = cuda.shared.array(1, np.int32)")
+    a("    out = W.shape[0]")
+    a("    bx = cuda.blockIdx.x")
+    a("    kz = cuda.blockIdx.y")
+    a("    ks = cuda.gridDim.y")
+    a(f"    G0 = kz * {cg}")
+    a("    wpitch = W.shape[1]")
+    a("    spitch = S.shape[1]")
+    a("    xpitch = x.shape[1]")
+    a(f"    ob = bx * {BR} + warp * {mt * 16}")
+    # 0x43004300 held in a register (R >= 0, so the or adds nothing; the assembler cannot fold it into an immediate)
+    a("    MAGIC = np.uint32(0x43004300) | (np.uint32(R) >> np.uint32(31))")
+    for m in range(mt):
+        for h, dr in (("a", 0), ("b", 8)):
+            a(f"    r{h}{m} = min(ob + {16 * m + dr} + g, out - 1)")
+            a(f"    wo{h}{m} = r{h}{m} * wpitch + G0 * {wpg} + t * {lw}")
+            a(f"    so{h}{m} = r{h}{m} * spitch + G0")
+
+    def loads(ind, pre, itexpr):
+        """weight words and scale / bias words of iteration ``itexpr`` into registers ``{pre}...``"""
+        a(f"{ind}{pre}i = {itexpr}")
+        a(f"{ind}{pre}wi = {pre}i * {u * wpg}")
+        a(f"{ind}{pre}si = {pre}i * {u}")
+        for m in range(mt):
+            for h in ("a", "b"):
+                for uu in range(u):
+                    v = f"{pre}w{h}{m}_{uu}"
+                    names = ", ".join(f"{v}_{j}" for j in range(lw))
+                    a(f"{ind}{names} = {ldw}(W, wo{h}{m} + {pre}wi + {uu * wpg})")
+                if u == 1:
+                    # one bf16 each: the aligned word holding it (its half picked in the epilogue)
+                    a(f"{ind}{pre}s{h}{m} = ld_w1(S, so{h}{m} + {pre}si - ((so{h}{m} + {pre}si) & 1))")
+                    a(f"{ind}{pre}b{h}{m} = ld_w1(B, so{h}{m} + {pre}si - ((so{h}{m} + {pre}si) & 1))")
+                else:
+                    for arr, nm in (("S", "s"), ("B", "b")):
+                        names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
+                        a(f"{ind}{names} = {lds}({arr}, so{h}{m} + {pre}si)")
+
+    def ring_names():
+        names = []
+        for m in range(mt):
+            for h in ("a", "b"):
+                for uu in range(u):
+                    names += [f"w{h}{m}_{uu}_{j}" for j in range(lw)]
+                if u == 1:
+                    names += [f"s{h}{m}", f"b{h}{m}"]
+                else:
+                    names += [f"s{h}{m}_{k}" for k in range(swords)] + [f"b{h}{m}_{k}" for k in range(swords)]
+        return names
+
+    # the first `depth` iterations' loads, before the x preparation
+    for d in range(depth):
+        loads("    ", f"p{d}_", f"min({d}, {nit - 1})")
+    for m in range(mt):
+        for n in range(nt):
+            a(f"    acc{m}_{n}_a = np.float32(0.0)")
+            a(f"    acc{m}_{n}_b = np.float32(0.0)")
+    a(f"    for scx in range({nsc}):")
+    I = "        "
+    # ---- x preparation of sub-chunk scx: items (group, step, t, row); each writes the hi pair to lane (2 rl) * 4 + t
+    # and the lo pair to lane (2 rl + 1) * 4 + t of n-tile rl // 4 ... (row r = 4 n + rl)
+    a(f"{I}if scx > 0:")
+    a(f"{I}    cuda.syncthreads()")
+    a(f"{I}kb = (G0 + scx * {sc}) * {group}")
+    nitems = sc * spg * 4 * nt * 4
+    a(f"{I}for it0 in range(0, {nitems}, {nw * 32}):")
+    J = I + "    "
+    a(f"{J}item = it0 + tid")
+    a(f"{J}if item < {nitems}:")
+    K = J + "    "
+    a(f"{K}r = item % {4 * nt}")
+    a(f"{K}rest = item // {4 * nt}")
+    a(f"{K}tt = rest % 4")
+    a(f"{K}gs = rest // 4")  # group * spg + step within the sub-chunk
+    a(f"{K}gl = gs // {spg}")
+    a(f"{K}st = gs % {spg}")
+    a(f"{K}base = kb + gl * {group} + tt * {cl}")
+    a(f"{K}rr = min(r, R - 1)")
+    a(f"{K}live = np.float32(1.0) if r < R else np.float32(0.0)")
+    # lane-local code indices of this step's pairs (slot 0: lo0, hi0; slot 1: lo1, hi1), by step
+    for s_, (_, prs, _) in enumerate(steps):
+        kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
+        (l0, h0), (l1, h1) = prs
+        a(f"{K}{kw} st == {s_}:" if kw != "else" else f"{K}else:")
+        a(f"{K}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
+    a(f"{K}v0 = x[rr, base + c0] * live")
+    a(f"{K}v1 = x[rr, base + c1] * live")
+    a(f"{K}v2 = x[rr, base + c2] * live")
+    a(f"{K}v3 = x[rr, base + c3] * live")
+    a(f"{K}h0, l0 = _split_pair(v0, v1)")
+    a(f"{K}h1, l1 = _split_pair(v2, v3)")
+    a(f"{K}n = r // 4")
+    a(f"{K}rl = r % 4")
+    a(f"{K}slot = (gs * {nt} + n) * 32 + tt")
+    a(f"{K}xb[slot + 8 * rl] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+    a(f"{K}xb[slot + 8 * rl + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
+    # partial sum of the 4 values exactly as the mma sees them (hi + lo), fixed order
+    a(f"{K}ps = ((_bf_lo(h0) + _bf_lo(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
+      f"((_bf_lo(h1) + _bf_lo(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
+    a(f"{K}xp[(gl * {4 * nt} + r) * {4 * spg} + tt * {spg} + st] = ps")
+    a(f"{I}cuda.syncthreads()")
+    # group sums of the split x: (group, row) items, the 4 * spg partials in a fixed order
+    a(f"{I}for e0 in range(0, {sc * nt * 4}, {nw * 32}):")
+    a(f"{I}    e = e0 + tid")
+    a(f"{I}    if e < {sc * nt * 4}:")
+    J = I + "        "
+    a(f"{J}sm = xp[e * {4 * spg}]")
+    a(f"{J}for kk in range(1, {4 * spg}):")
+    a(f"{J}    sm += xp[e * {4 * spg} + kk]")
+    a(f"{J}xs[e] = sm if e % {4 * nt} < R else np.float32(0.0)")
+    a(f"{I}cuda.syncthreads()")
+    # ---- main loop over the sub-chunk's iterations
+    a(f"{I}xo = lane")
+    a(f"{I}xso = t")
+    a(f"{I}for itl in range({nit_sc}):")
+    J = I + "    "
+    a(f"{J}itg = scx * {nit_sc} + itl")
+    # current = ring stage p0; issue loads for itg + depth into p{depth}
+    loads(J, f"p{depth}_", f"min(itg + {depth}, {nit - 1})")
+    for uu in range(u):
+        # B fragments of this group: per step and n-tile one 8-byte shared load
+        for s_ in range(spg):
+            for n in range(nt):
+                a(f"{J}q = xb[xo + {(uu * spg + s_) * nt * 32 + n * 32}]")
+                a(f"{J}bf{s_}_{n}_0 = np.uint32(q & np.uint64(0xFFFFFFFF))")
+                a(f"{J}bf{s_}_{n}_1 = np.uint32(q >> np.uint64(32))")
+        for n in range(nt):
+            a(f"{J}sx{n} = xs[xso + {uu * 4 * nt + 4 * n}]")
+        for m in range(mt):
+            # scales / biases of rows a, b for group uu of the iteration
+            for h in ("a", "b"):
+                if u == 1:
+                    a(f"{J}sel = (so{h}{m} + p0_si) & 1")
+                    a(f"{J}s{h} = _bf_hi(p0_s{h}{m}) if sel else _bf_lo(p0_s{h}{m})")
+                    a(f"{J}b{h} = _bf_hi(p0_b{h}{m}) if sel else _bf_lo(p0_b{h}{m})")
+                else:
+                    k, half = uu // 2, uu % 2
+                    fn = "_bf_hi" if half else "_bf_lo"
+                    a(f"{J}s{h} = {fn}(p0_s{h}{m}_{k})")
+                    a(f"{J}b{h} = {fn}(p0_b{h}{m}_{k})")
+                if off128:
+                    a(f"{J}b{h} = b{h} - np.float32(128.0) * s{h}")
+            dec_done = set()
+            for n in range(nt):
+                a(f"{J}d0, d1, d2, d3 = np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)")
+                for s_, (j, prs, dec) in enumerate(steps):
+                    if j not in dec_done:
+                        for L2 in _decode_lines(bits, f"p0_wa{m}_{uu}_{j}", f"pa{j}_", J):
+                            a(L2)
+                        for L2 in _decode_lines(bits, f"p0_wb{m}_{uu}_{j}", f"pb{j}_", J):
+                            a(L2)
+                        dec_done.add(j)
+                    i0, i1 = dec
+                    a(f"{J}d0, d1, d2, d3 = mma_bf16(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, "
+                      f"bf{s_}_{n}_0, bf{s_}_{n}_1, d0, d1, d2, d3)")
+                a(f"{J}acc{m}_{n}_a += sa * (d0 + d1)")
+                a(f"{J}acc{m}_{n}_a += ba * sx{n}")
+                a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
+                a(f"{J}acc{m}_{n}_b += bb * sx{n}")
+    a(f"{J}xo += {u * spg * nt * 32}")
+    a(f"{J}xso += {u * 4 * nt}")
+    # rotate the ring: p0 <- p1 <- ... <- p{depth}
+    for d in range(depth):
+        for nm in ring_names():
+            a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
+        a(f"{J}p{d}_si = p{d + 1}_si")
+    # ---- results
+    a("    if ks == 1:")
+    for m in range(mt):
+        for n in range(nt):
+            for h, dr in (("a", 0), ("b", 8)):
+                a(f"        o = ob + {16 * m + dr} + g")
+                a(f"        r = {4 * n} + t")
+                a("        if o < out and r < R:")
+                a(f"            y[r, o] = acc{m}_{n}_{h}")
+    a("    else:")
+    for m in range(mt):
+        for n in range(nt):
+            for h, dr in (("a", 0), ("b", 8)):
+                a(f"        o = ob + {16 * m + dr} + g")
+                a(f"        r = {4 * n} + t")
+                a("        if o < out and r < R:")
+                a(f"            ws[kz, r, o] = acc{m}_{n}_{h}")
+    a("        cuda.threadfence()")
+    a("        cuda.syncthreads()")
+    a("        if tid == 0:")
+    a("            flag[0] = cuda.atomic.add(cnt, bx, 1)")
+    a("        cuda.syncthreads()")
+    a("        if flag[0] == ks - 1:")
+    a("            cuda.threadfence()")
+    a(f"            for e0 in range(0, R * {BR}, {nw * 32}):")
+    a("                e = e0 + tid")
+    a(f"                r = e // {BR}")
+    a(f"                o = bx * {BR} + e % {BR}")
+    a("                if r < R and o < out:")
+    a("                    tot = ld_cg_f32(ws, (0 * R + r) * out + o)")
+    a("                    for kk in range(1, ks):")
+    a("                        tot += ld_cg_f32(ws, (kk * R + r) * out + o)")
+    a("                    y[r, o] = tot")
+    a("            if tid == 0:")
+    a("                cnt[bx] = 0")
+    return "\n".join(L) + "\n"
+
+
+_KCACHE: dict = {}
+
+
+def get_pyfunc(bits, group, nt, nw, mt, cg, sc, u, depth):
+    key = ("py", bits, group, nt, nw, mt, cg, sc, u, depth)
+    if key not in _KCACHE:
+        name = f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_s{sc}_u{u}_d{depth}"
+        src = _gen_source(name, bits, group, nt, nw, mt, cg, sc, u, depth)
+        glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "_split_pair": _split_pair,
+               "_bf_lo": _bf_lo, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
+               "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0), "bf16_to_f32": bf16_to_f32}
+        exec(compile(src, f"<tensorfold.kernels.qgemv:{name}>", "exec"), glb)
+        fn = glb[name]
+        fn.__module__ = __name__
+        fn._tf_source = src
+        _KCACHE[key] = fn
+    return _KCACHE[key]
+
+
+def get_kernel(bits, group, nt, nw, mt, cg, sc, u, depth):
+    key = ("k", bits, group, nt, nw, mt, cg, sc, u, depth)
+    if key not in _KCACHE:
+        _KCACHE[key] = cuda.jit(get_pyfunc(bits, group, nt, nw, mt, cg, sc, u, depth))
+    return _KCACHE[key]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# planning and launch
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class V3Plan:
+    """Geometry of one weight shape (a function of the shape only): ``nw`` warps x ``mt`` tiles a block, K chunks of
+    ``cg`` groups (``ks = ng / cg`` chunks, grid.y), x prepared ``sc`` groups at a time, ``u`` groups an iteration,
+    loads ``depth`` iterations ahead."""
+
+    out: int
+    inp: int
+    bits: int
+    group: int
+    nw: int
+    mt: int
+    cg: int
+    u: int
+    depth: int
+
+    @property
+    def ks(self) -> int:
+        return self.inp // self.group // self.cg
+
+    @property
+    def tpb(self) -> int:
+        return 32 * self.nw
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.nw * self.mt
+
+    def sc(self, nt: int) -> int:
+        """groups of x a block prepares at a time for ``nt`` n-tiles (shared memory bound; arithmetic unaffected)"""
+        per = self.group // 16 * nt * 32 * 8
+        for s in range(self.cg, 0, -1):
+            if self.cg % s == 0 and s % self.u == 0 and s * per <= _XB_BYTES:
+                return s
+        return self.u
+
+    @property
+    def workspace_shape(self):
+        return None if self.ks == 1 else (self.ks, 16, self.out)
+
+
+# default tuning (overridable for benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks")
+_DEF = dict(nw=4, mt=2, u=2, depth=2, blocks=1056)
+
+
+def _tuning():
+    v = os.environ.get("TENSORFOLD_GEMV3", "")
+    if not v:
+        return dict(_DEF)
+    parts = [int(p) for p in v.split(",")]
+    keys = ["nw", "mt", "u", "depth", "blocks"]
+    d = dict(_DEF)
+    d.update(dict(zip(keys, parts)))
+    return d
+
+
+def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
+         cg=None) -> V3Plan:
+    """Chunks: the fewest K chunks (a divisor of the group count, each a multiple of ``u`` groups) that give at
+    least ``blocks`` blocks, or one group a chunk per ``u``."""
+    tu = _tuning()
+    nw = nw or tu["nw"]
+    mt = mt or tu["mt"]
+    u = u or tu["u"]
+    depth = depth or tu["depth"]
+    blocks = blocks or tu["blocks"]
+    ng = inp // group
+    while u > 1 and ng % u:
+        u //= 2
+    nbx = -(-out // (16 * nw * mt))
+    if cg is None:
+        cands = [c for c in range(ng, 0, -1) if ng % c == 0 and c % u == 0]
+        cg = cands[-1]
+        for c in cands:  # largest chunk first
+            if nbx * (ng // c) >= blocks:
+                cg = c
+                break
+        else:
+            cg = cands[-1]
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, depth)
+
+
+_COUNTERS: dict = {}
+
+
+def _scratch():
+    key = 0 if IS_SIM else id(cuda.current_context())
+    if key not in _COUNTERS:
+        cnt, dummy = np.zeros(NCOUNTERS, np.int32), np.zeros((1, 1, 1), np.float32)
+        _COUNTERS[key] = (cnt, dummy) if IS_SIM else (cuda.to_device(cnt), cuda.to_device(dummy))
+    return _COUNTERS[key]
+
+
+def counters():
+    """The arrival counters of the in-kernel split-K sum (zeros; every launch leaves them at zero). Also allocates
+    the stand-in workspace of one-chunk launches: call it before capturing a graph."""
+    return _scratch()[0]
+
+
+def nt_for(R: int) -> int:
+    return 1 if R <= 4 else (2 if R <= 8 else 4)
+
+
+def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
+    """y[:R] = x[:R] @ dequant(W, S, B).T for R <= 16 (more rows: call per 16). ``ws``: float32 with at least
+    ``[ks, R, out]`` (when ks > 1)."""
+    if R > 16:
+        raise ValueError("qgemv v3: at most 16 rows a launch")
+    out = W.shape[0]
+    nt = nt_for(R)
+    k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.sc(nt), p.u, p.depth)
+    nbx = -(-out // p.block_rows)
+    if nbx > NCOUNTERS:
+        raise ValueError(f"qgemv v3: {nbx} row blocks > {NCOUNTERS} counters")
+    if p.ks > 1:
+        if ws is None:
+            raise ValueError("qgemv v3: ks > 1 needs a workspace ws [ks, R, out] float32")
+        ws3 = ws
+    else:
+        ws3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
+    k[(nbx, p.ks), p.tpb, stream](W, S, B, x, y, ws3, counters(), np.int32(R))
+    return y
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# compile tier
+# ----------------------------------------------------------------------------------------------------------------
+
+_SIG = ("void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1], "
+        "int32[::1], int32)")
+
+
+def _specs():
+    specs, hot = [], set()
+    real = ((12288, 4096), (4096, 12288), (17408, 5120), (5120, 17408), (248320, 2048), (12288, 2048),
+            (2048, 6144))
+    seen = set()
+    for out, inp in real:
+        p = plan(out, inp, 4, 64)
+        for nt in (1, 2, 4):
+            key = (p.nw, p.mt, p.cg, p.sc(nt), p.u, p.depth, nt)
+            if key in seen:
+                continue
+            seen.add(key)
+            f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.sc(nt), p.u, p.depth)
+            specs.append((f, _SIG))
+            hot.add(f.__name__)
+    for bits, group in FORMATS:
+        if (bits, group) == (4, 64):
+            continue
+        p = plan(12288, 4096, bits, group)
+        specs.append((get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.sc(1), p.u, p.depth), _SIG))
+    return specs, hot
+
+
+COMPILE_SPECS, HOT = _specs()
