@@ -56,7 +56,8 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import FULL_MASK, IS_SIM, devfn
+from ._device import FULL_MASK, IS_SIM, devfn, warp_sum
+from .conv import silu32
 
 VS = 32  # value columns per block (one warp's lanes)
 NW = 4  # warps per block (rows of the state split across them)
@@ -253,13 +254,74 @@ else:
 
 
 
-def _make_recurrent(general):
+if IS_SIM:
+
+    @cuda.jit(device=True)
+    def _ldcg3(arr, i0, i1, i2):
+        return arr[i0, i1, i2]
+
+else:
+
+    @_intrinsic
+    def _ldcg3(typingctx, arr, i0, i1, i2):
+        """``ld.global.cg.f32`` of ``arr[i0, i1, i2]`` (L2, not L1: the value was written by another block of this
+        launch, see the fused kernels' epilogue)."""
+        if not _f32_arr(arr, 3):
+            return None
+        sig = _types.float32(arr, i0, i1, i2)
+
+        def codegen(context, builder, sig, args):
+            ptr = _ptr(context, builder, sig, args, 3)
+            asm = _ir.InlineAsm(_ir.FunctionType(_ir.FloatType(), [ptr.type]), "ld.global.cg.f32 $0, [$1];",
+                                "=f,l", side_effect=True)
+            return builder.call(asm, [ptr])
+
+        return sig, codegen
+
+
+CONVK = 4  # conv taps the fused kernels are built for (every Qwen3.5 size); other widths take the unfused path
+
+
+@devfn
+def _sigm(x):
+    x = float32(x)
+    if x >= float32(0.0):
+        return float32(1.0) / (float32(1.0) + float32(math.exp(-x)))
+    e = float32(math.exp(x))
+    return e / (float32(1.0) + e)
+
+
+@devfn
+def _conv_ch(x, cw, tail, slot, src, ch):
+    """silu(sum_j cw[ch, j] * window[j]) of channel ch, taps newest first (``conv.conv_rows``' order); src[s] is
+    the s-th newest input: a row of x (>= 0) or the tail row -1 - src[s]. Both candidates are loaded (clamped
+    indices) and one is selected, so the loads of all taps are independent."""
+    acc = float32(0.0)
+    for j in range(CONVK - 1, -1, -1):
+        nd = src[CONVK - 1 - j]
+        xr = x[max(nd, 0), ch]
+        xt = tail[slot, max(-1 - nd, 0), ch]
+        xv = xr if nd >= 0 else xt
+        acc = cuda.fma(cw[ch, j], xv, acc)
+    return silu32(acc)
+
+
+def _make_recurrent(general, fused=False):
     """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
-    so both run the same float operations in the same order (the flag is a compile-time constant)."""
+    so both run the same float operations in the same order (the flags are compile-time constants).
+
+    ``fused=True`` adds the layer's neighbours (``launch_fused``): ``qkv`` is then the RAW in_proj_qkv output and
+    every thread computes the causal conv + SiLU of the channels it reads (q / k rows, v columns: the same fma
+    order as ``conv.conv_rows``, taps along the row's parent chain, then the stream's conv tail), logs the raw
+    rows into ``xlog`` (for ``compact.conv_commit``), and after its rows the last of a head's column-slice blocks
+    to finish (a per (segment, head) counter in ``ctr``, reset by that block) applies the gated RMSNorm of the
+    head's rows (``o`` re-read from L2, fixed-order block sum) into ``gn``. The unfused kernels get zero-size
+    stand-ins for the extra arguments (those branches are compiled out)."""
     GEN = general
+    FUSED = fused
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
-             log_a):
+             log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
         ru = cuda.shared.array((SNW, SVS), float32)
         rn = cuda.shared.array((SNW, 2), float32)
         ro = cuda.shared.array((SNW, SVS), float32)
@@ -268,6 +330,13 @@ def _make_recurrent(general):
         kv = cuda.local.array(SKP, float32)
         vv = cuda.local.array(CPT, float32)
         dl = cuda.local.array(CPT, float32)
+        if FUSED:
+            src = cuda.local.array(CONVK, int32)
+            cq = cuda.shared.array(MAXDK, float32)
+            ck = cuda.shared.array(MAXDK, float32)
+            cvs = cuda.shared.array(SVS, float32)
+            red = cuda.shared.array((2, SNW), float32)
+            flag = cuda.shared.array(1, int32)
         if GEN:
             khist = cuda.shared.array((MAXR, MAXDK), float32)
             dhist = cuda.shared.array((MAXR, SVS), float32)
@@ -307,6 +376,9 @@ def _make_recurrent(general):
         if GEN:
             logging = log_d.shape[0] > 0
             write_k = logging and sl == 0 and (hv - kh * rep) == 0
+        if FUSED:
+            logx = xlog.shape[0] > 0
+            logqk = logx and sl == 0 and (hv - kh * rep) == 0  # one block a key head logs q / k
 
         # committed state slice -> registers (16-byte loads, all in flight before the first use)
         for t in range(SKP):
@@ -367,12 +439,45 @@ def _make_recurrent(general):
                 if li > 0 and p != r - 1:
                     bad = True  # not a chain: this path keeps no history (trees need the logged path)
             # the row's inputs: q / k rows of this thread (0 past Dk), v columns, gate inputs
-            for t in range(SKP):
-                i = min(rg + SRG * t, Dk - 1)
-                qv[t] = qkv[r, qoff + i]
-                kv[t] = qkv[r, koff + i]
-            for j in range(CPT):
-                vv[j] = qkv[r, voff + j]
+            if FUSED:
+                # the conv window of row r, newest first: rows along the parent chain, then the tail (oldest
+                # first in ``tail``): src >= 0 is a row of qkv, src < 0 the tail row -1 - src
+                node = r
+                nt = 0
+                for s_ in range(CONVK):
+                    if node >= 0:
+                        src[s_] = node
+                        node = parent[node]
+                    else:
+                        src[s_] = -1 - (CONVK - 2 - nt)
+                        nt += 1
+                # the block's channels once each (thread tid: q and k channel tid of the key head, v column tid
+                # of the slice) through shared memory; the previous row's reads are behind its two barriers
+                for i in range(tid, Dk, SNT):
+                    cq[i] = _conv_ch(qkv, cw, tail, slot, src, qoff + i)
+                    ck[i] = _conv_ch(qkv, cw, tail, slot, src, koff + i)
+                    if logqk:
+                        xlog[r, qoff + i] = qkv[r, qoff + i]
+                        xlog[r, koff + i] = qkv[r, koff + i]
+                vc = sl * SVS + tid
+                if tid < SVS and vc < Dv:
+                    ch = 2 * key_dim + hv * Dv + vc
+                    cvs[tid] = _conv_ch(qkv, cw, tail, slot, src, ch)
+                    if logx:
+                        xlog[r, ch] = qkv[r, ch]
+                cuda.syncthreads()
+                for t in range(SKP):
+                    qv[t] = cq[min(rg + SRG * t, Dk - 1)]
+                    kv[t] = ck[min(rg + SRG * t, Dk - 1)]
+                for j in range(CPT):
+                    vv[j] = cvs[min(cg * CPT + j, Dv - 1 - sl * SVS)]
+            else:
+                for t in range(SKP):
+                    i = min(rg + SRG * t, Dk - 1)
+                    qv[t] = qkv[r, qoff + i]
+                    kv[t] = qkv[r, koff + i]
+                for j in range(CPT):
+                    vv[j] = qkv[r, voff + j]
             av = a[r, hv]
             bv = b[r, hv]
             for t in range(SKP):
@@ -489,6 +594,38 @@ def _make_recurrent(general):
                 i = rg + SRG * t
                 if i < Dk:
                     _st4(state, slot, hv, i, c0, S[t * CPT], S[t * CPT + 1], S[t * CPT + 2], S[t * CPT + 3])
+        if FUSED:
+            # gated RMSNorm of the head's rows by the last column slice to finish (its o stores and everyone
+            # else's are visible after their fences); the others are done
+            cuda.threadfence()
+            cuda.syncthreads()
+            if tid == 0:
+                flag[0] = cuda.atomic.add(ctr, (seg, hv), 1)
+            cuda.syncthreads()
+            if flag[0] == nsl - 1:
+                if tid == 0:
+                    ctr[seg, hv] = 0
+                par = 0
+                for r in range(row0, row0 + n):
+                    v = float32(0.0)
+                    if tid < Dv:
+                        v = _ldcg3(o, r, hv, tid)
+                    ssum = warp_sum(v * v)
+                    if lane == 0:
+                        red[par, warp] = ssum
+                    cuda.syncthreads()
+                    tot = red[par, 0]
+                    for w in range(1, SNW):
+                        tot += red[par, w]
+                    par = 1 - par
+                    inv = float32(1.0) / float32(math.sqrt(tot / float32(Dv) + eps))
+                    if tid < Dv:
+                        zz = z[r, hv * Dv + tid]
+                        if act == 0:
+                            gt = zz * _sigm(zz)
+                        else:
+                            gt = _sigm(zz)
+                        gn[r, hv * Dv + tid] = v * inv * nw[tid] * gt
 
     return kern
 
@@ -497,6 +634,10 @@ gdn_recurrent = _make_recurrent(True)
 gdn_recurrent.__name__ = gdn_recurrent.__qualname__ = "gdn_recurrent"
 gdn_step = _make_recurrent(False)
 gdn_step.__name__ = gdn_step.__qualname__ = "gdn_step"
+gdn_fused_recurrent = _make_recurrent(True, True)
+gdn_fused_recurrent.__name__ = gdn_fused_recurrent.__qualname__ = "gdn_fused_recurrent"
+gdn_fused_step = _make_recurrent(False, True)
+gdn_fused_step.__name__ = gdn_fused_step.__qualname__ = "gdn_fused_step"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -843,8 +984,13 @@ _F4 = "float32[:, :, :, ::1]"
 _I1 = "int32[::1]"
 
 SIG_GATES = f"void({_F2}, {_F2}, {_F1}, {_F1}, {_F2}, {_F2})"
-SIG_RECURRENT = (f"void({_F2}, {_F2}, {_F2}, {_F1}, {_F1}, {_F4}, {_I1}, {_I1}, {_I1}, {_I1}, {_I1}, "
-                 f"{_F3}, {_F3}, {_F3}, {_F2})")
+_A2 = "float32[:, :]"  # column blocks of the fused input projection (strided rows)
+_TAIL = (f"{_F2}, {_F3}, {_F2}, {_A2}, {_F1}, {_F2}, int32[:, ::1], float32, int32)")
+SIG_RECURRENT = (f"void({_F2}, {_A2}, {_A2}, {_F1}, {_F1}, {_F4}, {_I1}, {_I1}, {_I1}, {_I1}, {_I1}, "
+                 f"{_F3}, {_F3}, {_F3}, {_F2}, " + _TAIL)
+# fused: raw qkv, z, a, b are column views of the GEMV output u [R, C + Vd + 2 Hv] (strided rows)
+SIG_FUSED = (f"void({_A2}, {_A2}, {_A2}, {_F1}, {_F1}, {_F4}, {_I1}, {_I1}, {_I1}, {_I1}, {_I1}, "
+             f"{_F3}, {_F3}, {_F3}, {_F2}, " + _TAIL)
 SIG_PREP = f"void({_F2}, {_F2}, {_F2}, {_F1}, {_F1}, {_F3}, {_F3}, {_F2}, {_F2})"
 SIG_INTRA = f"void({_F3}, {_F3}, {_F2}, {_F2}, {_F2}, {_I1}, {_I1}, {_F2}, {_F3}, {_F3}, {_F3})"
 SIG_INTER = f"void({_F3}, {_F3}, {_F2}, {_F3}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}, {_I1}, {_F3})"
@@ -853,15 +999,19 @@ COMPILE_SPECS = [
     (gdn_gates_kernel, SIG_GATES),
     (gdn_recurrent, SIG_RECURRENT),
     (gdn_step, SIG_RECURRENT),
+    (gdn_fused_recurrent, SIG_FUSED),
+    (gdn_fused_step, SIG_FUSED),
     (gdn_prep, SIG_PREP),
     (gdn_chunk_intra, SIG_INTRA),
     (gdn_chunk_inter, SIG_INTER),
 ] + [(_INTER_PY[w], SIG_INTER) for w in INTER_WIDTHS if w != VS]
-HOT = {"gdn_recurrent", "gdn_step"}
+HOT = {"gdn_recurrent", "gdn_step", "gdn_fused_recurrent", "gdn_fused_step"}
 
 k_gates = cuda.jit(gdn_gates_kernel)
 k_recurrent = cuda.jit(gdn_recurrent)
 k_step = cuda.jit(gdn_step)
+k_fused_recurrent = cuda.jit(gdn_fused_recurrent)
+k_fused_step = cuda.jit(gdn_fused_step)
 k_prep = cuda.jit(gdn_prep)
 k_chunk_intra = cuda.jit(gdn_chunk_intra)
 k_chunk_inter = cuda.jit(gdn_chunk_inter)
@@ -902,8 +1052,66 @@ def launch_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_sl
         raise ValueError(f"launch_recurrent: needs Dv % {CPT} == 0 and Dk <= {MAXDK} (Dk {Dk}, Dv {Dv})")
     ns = seg_len.shape[0] if nseg is None else nseg
     k = k_recurrent if log_d.shape[0] > 0 else k_step
+    cw, tail, xlog, z, nw, gn, cnt = _no_fuse()
     k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
-        qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a)
+        qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
+        cw, tail, xlog, z, nw, gn, cnt, np.float32(0.0), np.int32(0))
+
+
+_NO_FUSE: list = []
+
+
+def _no_fuse():
+    """Zero-size stand-ins for the fused-only arguments of the unfused kernels (allocated once, per context)."""
+    if not _NO_FUSE:
+        f = np.float32
+        d = cuda.device_array
+        _NO_FUSE.append((d((0, CONVK), f), d((0, CONVK - 1, 4), f), d((0, 4), f), d((0, 4), f), d(4, f), d((0, 4), f),
+                         d((0, 4), np.int32)))
+    return _NO_FUSE[0]
+
+
+def fused_on() -> bool:
+    """Whether the runtime's step / verify path uses :func:`launch_fused` (``TENSORFOLD_GDN_FUSED``, read at each
+    launch; default off until measured on the H200)."""
+    return os.environ.get("TENSORFOLD_GDN_FUSED", "0") == "1"
+
+
+def fused_ok(Dk, Dv, K) -> bool:
+    """Shapes :func:`launch_fused` handles: conv width CONVK, Dv % 4 == 0, Dv <= SNT (one column a thread in the
+    norm epilogue), Dk <= MAXDK."""
+    return K == CONVK and Dv % CPT == 0 and Dv <= SNT and Dk <= MAXDK
+
+
+def fused_counters(nseg, Hv):
+    """The zeroed int32 [nseg, Hv] counters :func:`launch_fused` needs (every launch leaves them zero again)."""
+    return cuda.to_device(np.zeros((max(1, nseg), Hv), np.int32))
+
+
+def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit,
+                 parent, o, gn, cnt, log_k, log_d, log_a, eps, act="silu", *, nseg=None, stream=0):
+    """conv + SiLU -> gates, l2 norms, delta rule -> gated RMSNorm of the step / window / tree rows of one layer
+    in one launch (what ``conv.launch_conv`` + :func:`launch_recurrent` + ``norms.launch_gated_rms_norm`` do in
+    three).
+
+    x f32 [R, C] RAW in_proj_qkv rows (any row stride), cw f32 [C, CONVK], tail f32 [slots, CONVK-1, C] (read
+    only; ``compact.conv_commit`` commits from ``xlog``), xlog f32 [>= R, C] raw rows out (or zero rows), z f32
+    [R, Hv*Dv] gate rows, nw f32 [Dv] norm weight, a, b f32 [R, Hv]; state, segments, parent, logs as in
+    :func:`launch_recurrent`; o f32 [R, Hv, Dv] scratch (the pre-norm output), gn f32 [R, Hv*Dv] result; cnt int32
+    [>= nseg, >= Hv] zeroed counters (:func:`fused_counters`). ``act``: "silu" / "swish" or "sigmoid".
+    Same geometry as :func:`launch_recurrent`; the lean kernel without logs (chains only)."""
+    Hv, Dk, Dv = state.shape[1], state.shape[2], state.shape[3]
+    if not fused_ok(Dk, Dv, cw.shape[1]):
+        raise ValueError(f"launch_fused: needs conv width {CONVK}, Dv % {CPT} == 0, Dv <= {SNT}, Dk <= {MAXDK} "
+                         f"(K {cw.shape[1]}, Dk {Dk}, Dv {Dv})")
+    ns = seg_len.shape[0] if nseg is None else nseg
+    if cnt.shape[0] < ns or cnt.shape[1] < Hv:
+        raise ValueError(f"launch_fused: counters {cnt.shape} for {ns} segments x {Hv} heads")
+    k = k_fused_recurrent if log_d.shape[0] > 0 else k_fused_step
+    ac = 0 if act in ("silu", "swish") else 1
+    k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
+        x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
+        cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
 
 
 def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,

@@ -549,6 +549,10 @@ class Runner:
         self.Vd = self.Hv * self.Dv
         self.full_idx = {l: i for i, l in enumerate(c.full_attention_layers)}
         self.lin_idx = {l: i for i, l in enumerate(c.linear_attention_layers)}
+        # the fused GDN step / verify kernel (delta_rule.launch_fused, TENSORFOLD_GDN_FUSED) and its counters
+        self.gdn_fuse_ok = bool(self.lin_idx) and delta_rule.fused_ok(
+            c.linear_key_head_dim, self.Dv, getattr(c, "linear_conv_kernel_dim", 4))
+        self.gdn_ctr = delta_rule.fused_counters(max(1, caches.slots), self.Hv) if self.gdn_fuse_ok else None
         self.head = "lm_head" if arena.has_linear("lm_head") else "embed_tokens"
         for ent in arena._lin.values():
             if "plan" not in ent:
@@ -612,6 +616,15 @@ class Runner:
         seg = (m.view("seg_row0", S), m.view("seg_len", S), m.view("seg_slot", S))
         tail = cc.conv[li]
         xlog = B.xlog1[:R] if prompt else B.xlog[li]
+        if not prompt and self.gdn_fuse_ok and delta_rule.fused_on():
+            # conv + gates + delta rule + gated RMSNorm in one launch (same logs / xlog as the three launches)
+            logs = (B.log_k[li], B.log_d[li], B.log_a[li]) if mode == "verify" else (B.no_k, B.no_d, B.no_a)
+            delta_rule.launch_fused(qkv, self.arena.vec(pre + "conv1d"), tail, xlog, z, self.arena.vec(pre + "norm"),
+                                    aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"), cc.rec[li],
+                                    *seg, m.view("seg_commit", S), par, B.o[:R], B.gn[:R], self.gdn_ctr, *logs,
+                                    self.eps, self.act, stream=stream)
+            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream)
+            return
         conv.launch_conv(qkv, self.arena.vec(pre + "conv1d"), tail, rs, par, B.y[:R], xlog, stream=stream,
                          **_SIM_BLOCKS)
         if prompt:
