@@ -1,14 +1,15 @@
-"""Prompt GEMM benchmark: tensor-core ``gemm.launch_qgemm`` vs the fp32-FMA ``affine.launch_qgemm`` vs torch bf16.
+"""Prompt GEMM benchmark: v3 (``xprep`` + cp.async tensor-core kernel) vs v1 vs torch bf16 matmul.
 
 Run on the GPU machine: ``NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_gemm.py [--out DIR] [--wait F1,F2]``
 
-- Shapes: 9B and 27B gate/up (``I x H``) and down (``H x I``), 4-bit group 64, 512 and 4096 rows; a few other
-  formats (2 / 8 bits, groups 32 / 128) at the 9B gate/up shape with 512 rows; alternative block / warp geometries
-  of the new kernel at the 9B gate/up shape (their outputs must equal the default geometry's bit for bit, checked
-  here: the tiling decides who computes an output, never how).
+- Shapes: 2B, 9B and 27B gate/up (``I x H``) and down (``H x I``), 4-bit group 64, 512 and 4096 rows: v3 at its
+  default geometry (both launches: ``xprep`` + ``tc3gemm``), ``xprep`` alone, v1 at its default geometry, torch.
+- v3 geometries (``VARIANT_GEOS``) at the 9B gate/up shape; their outputs must equal the default geometry's bit for
+  bit (checked here: the tiling and ring depth decide who computes an output and when its data arrives, never how).
+- Other formats at the 9B gate/up shape with 512 rows (v3: 8 bits, group 128; v1: 2 bits, group 32).
+- ``--affine`` adds the old fp32-FMA ``affine.qgemm`` (slow: 30-50 ms per 4096-row launch).
 - Timing: ``bench_kernels.time_case`` (launches captured into one CUDA graph, median of 5 replays, per launch),
-  after a warm-up launch (compilation). No weight rotation: at these row counts the GEMM is compute-bound.
-- Peer: torch bf16 ``matmul`` of bf16 x ``[R, in]`` by a bf16 weight ``[out, in]`` (CUDA events, median of 5).
+  after a warm-up launch (compilation). Peer: torch bf16 ``matmul`` (CUDA events, median of 5).
 - TFLOP/s counts ``2 * R * out * in``.
 - ``--wait`` names files whose existence (or ``--wait-max`` seconds) is awaited after the warm-up, so that timing
   does not overlap GPU tests running at the same time.
@@ -26,13 +27,16 @@ import sys
 import time
 import traceback
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-SHAPES = {"9B": (4096, 12288), "27B": (5120, 17408)}
-VARIANT_GEOS = [(4, 2, 2, 2), (4, 2, 1, 4), (2, 4, 2, 2), (4, 4, 2, 2)]
+SHAPES = {"2B": (2048, 6144), "9B": (4096, 12288), "27B": (5120, 17408)}
+VARIANT_GEOS = [(8, 1, 2, 4, 2), (8, 1, 2, 4, 3), (4, 1, 2, 4, 2), (4, 1, 2, 4, 4), (4, 2, 2, 4, 2),
+                (8, 1, 2, 4, 2, 2), (8, 1, 2, 4, 3, 2)]
 
 
 def main():
@@ -40,7 +44,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--wait", default="")
     ap.add_argument("--wait-max", type=float, default=120.0)
-    ap.add_argument("--no-old", action="store_true")
+    ap.add_argument("--affine", action="store_true")
+    ap.add_argument("--models", default=",".join(SHAPES))
+    ap.add_argument("--rows", default="512,4096")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -95,35 +101,47 @@ def main():
 
     keep = []
     checks = []
-    for model, (H, I) in SHAPES.items():
+    gname = "x".join(map(str, G.GEO3))
+    for model in args.models.split(","):
+        H, I = SHAPES[model]
         for which, (out, inp) in (("gate/up", (I, H)), ("down", (H, I))):
             (P, S, B), k = qweights(out, inp, 4, 64)
             keep.append(k)
-            for R in (512, 4096):
+            for R in [int(v) for v in args.rows.split(",")]:
                 x, _x = ctx["rand_f32"]((R, inp))
                 y = cuda.device_array((R, out), dtype="float32")
-                keep.append((_x, y))
+                y1 = cuda.device_array((R, out), dtype="float32")
+                keep.append((_x, y, y1))
                 fl = 2 * R * out * inp
                 shape = f"R={R} {out}x{inp}"
                 base = {"model": model, "which": which, "shape": shape, "R": R, "out": out, "inp": inp,
                         "flops": fl, "format": "4b g64"}
-                add(dict(base, kernel=f"gemm tc {'x'.join(map(str, G.GEO))}"),
-                    lambda s, P=P, S=S, B=B, x=x, y=y: G.launch_qgemm(P, S, B, x, y, 4, 64, stream=s), 10, fl)
+                add(dict(base, kernel=f"v3 {gname} (xprep + tc3)"),
+                    lambda s, P=P, S=S, B=B, x=x, y=y: G.launch_qgemm(P, S, B, x, y, 4, 64, stream=s, impl="v3"),
+                    10, fl)
+                Rp = -(-R // G.RPAD) * G.RPAD
+                XF, SXT = G._scratch(None, Rp, inp, inp // 64)
+                add(dict(base, kernel="v3 xprep alone"),
+                    lambda s, x=x, XF=XF, SXT=SXT, R=R, Rp=Rp, inp=inp: G.get_xprep_kernel(4)[
+                        (-(-Rp // G.XPREP_TPB), inp // 64), G.XPREP_TPB, s](x, XF, SXT, np.int32(R)), 10, fl)
+                add(dict(base, kernel=f"v1 {'x'.join(map(str, G.GEO))}"),
+                    lambda s, P=P, S=S, B=B, x=x, y1=y1: G.launch_qgemm(P, S, B, x, y1, 4, 64, stream=s, impl="v1"),
+                    10, fl)
+                checks.append((f"{model} {which} {shape} v3 vs v1 (max |v3 - v1| / max |v1|)", y, y1))
                 if model == "9B" and which == "gate/up":
                     for geo in VARIANT_GEOS:
                         yv = cuda.device_array((R, out), dtype="float32")
                         keep.append(yv)
-                        add(dict(base, kernel=f"gemm tc {'x'.join(map(str, geo))}"),
-                            lambda s, P=P, S=S, B=B, x=x, yv=yv, geo=geo: G.launch_qgemm(P, S, B, x, yv, 4, 64,
-                                                                                          stream=s, geo=geo), 10, fl)
-                        checks.append((f"{shape} geo {geo}", y, yv))
-                if not args.no_old:
+                        add(dict(base, kernel=f"v3 {'x'.join(map(str, geo))}"),
+                            lambda s, P=P, S=S, B=B, x=x, yv=yv, geo=geo: G.launch_qgemm(
+                                P, S, B, x, yv, 4, 64, stream=s, impl="v3", geo=geo), 10, fl)
+                        checks.append((f"{shape} v3 geo {geo} vs default", y, yv))
+                if args.affine:
                     yo = cuda.device_array((R, out), dtype="float32")
                     keep.append(yo)
-                    add(dict(base, kernel="affine.qgemm fp32 (old)"),
+                    add(dict(base, kernel="affine.qgemm fp32 (oldest)"),
                         lambda s, P=P, S=S, B=B, x=x, yo=yo: A.launch_qgemm(P, S, B, x, yo, 4, 64, stream=s),
                         2 if R == 4096 else 3, fl)
-                    checks.append((f"{shape} old vs new (max |new - old| / max |old|)", y, yo))
                 base_peer = dict(base, kernel="torch bf16 matmul (peer)")
                 try:
                     base_peer["us"] = torch_peer(R, out, inp)
@@ -134,16 +152,22 @@ def main():
                 rows_out.append(base_peer)
     # other formats, 9B gate/up, 512 rows
     H, I = SHAPES["9B"]
-    for bits, group in ((2, 32), (4, 32), (4, 128), (8, 64), (8, 128)):
+    R0 = int(args.rows.split(",")[0])
+    for bits, group in ((8, 64), (4, 128), (8, 128), (2, 32), (4, 32)):
         (P, S, B), k = qweights(I, H, bits, group)
-        x, _x = ctx["rand_f32"]((512, H))
-        y = cuda.device_array((512, I), dtype="float32")
-        keep.append((k, _x, y))
-        fl = 2 * 512 * I * H
-        add({"model": "9B", "which": "gate/up", "shape": f"R=512 {I}x{H}", "R": 512, "out": I, "inp": H,
-             "flops": fl, "format": f"{bits}b g{group}", "kernel": f"gemm tc {'x'.join(map(str, G.GEO))}"},
-            lambda s, P=P, S=S, B=B, x=x, y=y, bits=bits, group=group: G.launch_qgemm(P, S, B, x, y, bits, group,
-                                                                                    stream=s), 10, fl)
+        x, _x = ctx["rand_f32"]((R0, H))
+        keep.append((k, _x))
+        fl = 2 * R0 * I * H
+        for impl in ("v3", "v1"):
+            if impl == "v3" and not G.supported3(H, bits, group):
+                continue
+            y = cuda.device_array((R0, I), dtype="float32")
+            keep.append(y)
+            geo = G.geo3(bits, group) if impl == "v3" else G.GEO
+            add({"model": "9B", "which": "gate/up", "shape": f"R={R0} {I}x{H}", "R": R0, "out": I, "inp": H,
+                 "flops": fl, "format": f"{bits}b g{group}", "kernel": f"{impl} {'x'.join(map(str, geo))}"},
+                lambda s, P=P, S=S, B=B, x=x, y=y, bits=bits, group=group, impl=impl: G.launch_qgemm(
+                    P, S, B, x, y, bits, group, stream=s, impl=impl), 10, fl)
 
     # wait for concurrent GPU tests to finish before timing
     waits = [w for w in args.wait.split(",") if w]
@@ -157,9 +181,7 @@ def main():
     check_res = []
     for what, ya, yb in checks:
         a, b = ya.copy_to_host(), yb.copy_to_host()
-        if "old" in what:
-            import numpy as np
-
+        if "v1" in what:
             d = float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
             check_res.append(f"{what}: {d:.2e}")
         else:

@@ -49,6 +49,8 @@ kernel is block-uniform. Keep simulated shapes tiny.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import cuda
 
@@ -62,6 +64,7 @@ BK = 64  # codes of K per stage (4 mma k-steps)
 GEO = (4, 2, 2, 4)  # NWO warps along out, NWR warps along rows, MT m16 tiles / warp, NT n8 tiles / warp
 _BITS = (2, 4, 8)
 _GROUPS = (32, 64, 128)
+IMPL = os.environ.get("TENSORFOLD_GEMM", "v3").strip().lower() or "v3"  # "v3" or "v1" (see launch_qgemm)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -140,7 +143,180 @@ if not IS_SIM:
 
         return sig, codegen
 
+    @intrinsic
+    def lds_u32x2(typingctx, arr, i):
+        """``arr[i:i+2]`` of a 1-d uint32 shared array (i even) in one 8-byte shared load."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.uint32):
+            return None
+        if not isinstance(i, types.Integer):
+            return None
+        sig = types.UniTuple(types.uint32, 2)(arr, i)
+        _V2 = ir.VectorType(_I32, 2)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            idx = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [idx], wraparound=False)
+            vptr = builder.addrspacecast(builder.bitcast(ptr, ir.PointerType(_V2)), ir.PointerType(_V2, addrspace=3))
+            v = builder.load(vptr, align=8)
+            vals = [builder.extract_element(v, ir.Constant(_I32, k)) for k in range(2)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    def _cp_async_typer(ndim):
+        """``cp_async16(sarr, si, garr, *gidx)``: 16 bytes from ``garr[gidx...]`` (uint32, C-contiguous, 16-byte
+        aligned address) to ``sarr[si:si+4]`` (1-d uint32 shared array) with ``cp.async.cg`` (L2 only, no registers);
+        complete after ``cp_async_commit`` + ``cp_async_wait{N}``."""
+
+        def typer(typingctx, sarr, si, garr, *gidx):
+            if not (isinstance(sarr, types.Array) and sarr.ndim == 1 and sarr.dtype == types.uint32):
+                return None
+            if not (isinstance(garr, types.Array) and garr.ndim == ndim and garr.dtype == types.uint32):
+                return None
+            if len(gidx) != ndim or not all(isinstance(v, types.Integer) for v in (si, *gidx)):
+                return None
+            sig = types.void(sarr, si, garr, *gidx)
+
+            def codegen(context, builder, sig, args):
+                sa = context.make_array(sig.args[0])(context, builder, value=args[0])
+                sidx = context.cast(builder, args[1], sig.args[1], types.intp)
+                sptr = cgutils.get_item_pointer(context, builder, sig.args[0], sa, [sidx], wraparound=False)
+                s32 = builder.ptrtoint(builder.addrspacecast(sptr, ir.PointerType(_I32, addrspace=3)), _I32)
+                ga = context.make_array(sig.args[2])(context, builder, value=args[2])
+                gi = [context.cast(builder, v, t, types.intp) for v, t in zip(args[3:], sig.args[3:])]
+                gptr = cgutils.get_item_pointer(context, builder, sig.args[2], ga, gi, wraparound=False)
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, gptr.type]),
+                                   "cp.async.cg.shared.global [$0], [$1], 16;", "r,l,~{memory}", side_effect=True)
+                builder.call(asm, [s32, gptr])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return typer
+
+    def _cp1(typingctx, sarr, si, garr, i):
+        return _cp_async_typer(1)(typingctx, sarr, si, garr, i)
+
+    def _cp2(typingctx, sarr, si, garr, r, i):
+        return _cp_async_typer(2)(typingctx, sarr, si, garr, r, i)
+
+    cp_async16 = intrinsic(_cp2)
+    cp_async16_1d = intrinsic(_cp1)
+
+    def _asm_void(text):
+        def typer(typingctx):
+            sig = types.void()
+
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return intrinsic(typer)
+
+    def _ld_typer(ndim):
+        """``arr[idx...]`` without numba's negative-index wraparound (indices must be in range)."""
+
+        def typer(typingctx, arr, *idx):
+            if not (isinstance(arr, types.Array) and arr.ndim == ndim):
+                return None
+            if len(idx) != ndim or not all(isinstance(v, types.Integer) for v in idx):
+                return None
+            sig = arr.dtype(arr, *idx)
+
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+                ii = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+                ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, ii, wraparound=False)
+                return builder.load(ptr)
+
+            return sig, codegen
+
+        return typer
+
+    @intrinsic
+    def ldg_f32x2_2d(typingctx, arr, r, i):
+        """``arr[r, i:i+2]`` of a 2-d C-contiguous float32 array (i even) in one 8-byte ``ld.global.nc.v2``."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+            return None
+        if not (isinstance(r, types.Integer) and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(types.float32, 2)(arr, r, i)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            ii = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, ii, wraparound=False)
+            f = ir.FloatType()
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([f, f]), [ptr.type]),
+                               "ld.global.nc.v2.f32 {$0, $1}, [$2];", "=f,=f,l")
+            res = builder.call(asm, [ptr])
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(2)])
+
+        return sig, codegen
+
+    def _ld2(typingctx, arr, r, i):
+        return _ld_typer(2)(typingctx, arr, r, i)
+
+    ld2 = intrinsic(_ld2)
+
+    @intrinsic
+    def and_or(typingctx, a, m, c):
+        """``(a & m) | c`` on uint32 in one ``lop3.b32`` (ptxas does not fuse two immediates into one LOP3)."""
+        for v in (a, m, c):
+            if not isinstance(v, types.Integer):
+                return None
+        sig = types.uint32(a, m, c)
+
+        def codegen(context, builder, sig, args):
+            regs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3), "lop3.b32 $0, $1, $2, $3, 0xEA;", "=r,r,r,r")
+            return builder.call(asm, regs)
+
+        return sig, codegen
+
+    cp_async_commit = _asm_void("cp.async.commit_group;")
+    cp_async_wait0 = _asm_void("cp.async.wait_group 0;")
+    cp_async_wait1 = _asm_void("cp.async.wait_group 1;")
+    cp_async_wait2 = _asm_void("cp.async.wait_group 2;")
+
 else:
+
+    @cuda.jit(device=True)
+    def lds_u32x2(arr, i):
+        return (arr[i], arr[i + 1])
+
+    # the simulator copies at issue time; commit / wait are no-ops
+    @cuda.jit(device=True)
+    def cp_async16(sarr, si, garr, r, i):
+        for k in range(4):
+            sarr[si + k] = garr[r, i + k]
+
+    @cuda.jit(device=True)
+    def cp_async16_1d(sarr, si, garr, i):
+        for k in range(4):
+            sarr[si + k] = garr[i + k]
+
+    @cuda.jit(device=True)
+    def and_or(a, m, c):
+        return np.uint32((np.uint32(a) & np.uint32(m)) | np.uint32(c))
+
+    @cuda.jit(device=True)
+    def ldg_f32x2_2d(arr, r, i):
+        return (arr[r, i], arr[r, i + 1])
+
+    @cuda.jit(device=True)
+    def ld2(arr, r, i):
+        return arr[r, i]
+
+    @cuda.jit(device=True)
+    def _sim_nop():
+        pass
+
+    cp_async_commit = cp_async_wait0 = cp_async_wait1 = cp_async_wait2 = _sim_nop
 
     @cuda.jit(device=True)
     def lds_u32x4(arr, i):
@@ -194,6 +370,12 @@ def _pair_source(bits: int, s: int, p: int, w: str):
     v = w(j)
     sv = f"({v} >> np.uint32({sh}))" if sh else v
     return j, f"fma_bf16x2(({sv} & np.uint32({m})) | np.uint32(0x43004300), _ONE2, _NEG128)"
+
+
+def _scale_expr3(arr: str, row: str, col: str, sk: str) -> str:
+    if sk == "bf16":
+        return f"bf16_to_f32(ld2({arr}, {row}, {col}))"
+    return f"np.float32(ld2({arr}, {row}, {col}))"
 
 
 def _scale_expr(arr: str, row: str, col: str, sk: str) -> str:
@@ -442,6 +624,16 @@ def _build(name: str, src: str):
         "lds_u32x4": lds_u32x4,
         "lds_f32x4": lds_f32x4,
         "sts_u32x4": sts_u32x4,
+        "lds_u32x2": lds_u32x2,
+        "ld2": ld2,
+        "ldg_f32x2_2d": ldg_f32x2_2d,
+        "and_or": and_or,
+        "cp_async16": cp_async16,
+        "cp_async16_1d": cp_async16_1d,
+        "cp_async_commit": cp_async_commit,
+        "cp_async_wait0": cp_async_wait0,
+        "cp_async_wait1": cp_async_wait1,
+        "cp_async_wait2": cp_async_wait2,
         "mma_bf16": mma_bf16,
         "pack_bf16x2": pack_bf16x2,
         "fma_bf16x2": fma_bf16x2,
@@ -449,6 +641,8 @@ def _build(name: str, src: str):
         "_TWO23": np.float32(8388608.0),
         "_ONE2": np.uint32(0x3F803F80),
         "_NEG128": np.uint32(0xC300C300),
+        "_M4": np.uint32(0x000F000F),
+        "_MAGIC": np.uint32(0x43004300),
     }
     exec(compile(src, f"<tensorfold.kernels.gemm:{name}>", "exec"), glb)
     fn = glb[name]
@@ -487,19 +681,359 @@ def tile(geo=GEO):
     return NWO * MT * 16, NWR * NT * 8
 
 
-def launch_qgemm(W, S, B, x, y, bits: int, group: int, *, stream=0, rows=None, geo=GEO):
-    """y[:R] = x[:R] @ dequant(W, S, B).T (R = rows or x.shape[0]); tensor cores for bits 2/4/8 with ``in`` a
-    multiple of 64, else ``affine.launch_qgemm``. ``stream`` may be a graph builder."""
+def launch_qgemm(W, S, B, x, y, bits: int, group: int, *, stream=0, rows=None, geo=None, impl=None, ws=None):
+    """y[:R] = x[:R] @ dequant(W, S, B).T (R = rows or x.shape[0]); ``stream`` may be a graph builder.
+
+    ``impl`` (default ``IMPL``, from ``TENSORFOLD_GEMM``): "v3" uses the pre-split + cp.async kernel for 4 / 8 bits
+    with groups 64 / 128 (two launches: ``xprep`` then ``tc3gemm``; scratch from ``ws`` = ``workspace(rows, in)``
+    or a module cache) and v1 for the other tensor-core formats; "v1" uses v1 for bits 2/4/8 with ``in`` a multiple
+    of 64. Everything else goes to ``affine.launch_qgemm``. ``geo`` is the chosen kernel's geometry."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if R <= 0:
         return y
+    if (impl or IMPL) == "v3" and supported3(inp, bits, group):
+        return _launch3(W, S, B, x, y, bits, group, R, stream, tuple(geo) if geo is not None else geo3(bits, group),
+                        ws)
+    geo = GEO if geo is None else tuple(geo)
     if not supported(inp, bits, group):
         return affine.launch_qgemm(W, S, B, x, y, bits, group, stream=stream, rows=R)
     k = get_gemm_kernel(bits, group, affine._scale_kind(S), geo)
     bo, br = tile(geo)
     tpb = 32 * geo[0] * geo[1]
     k[(-(-out // bo), -(-R // br)), tpb, stream](W, S, B, x, y, np.int32(R))
+    return y
+
+
+# ================================================================================================================
+# v3: x pre-split once per GEMM (``xprep``) + cp.async ring of raw codes and ready x fragments (``tc3`` kernels)
+# ================================================================================================================
+#
+# Layout of the pre-split x (``XF``, uint32, flat): for row tile ``nt`` (8 rows), k-step ``ks`` (16 codes) and lane
+# ``l = 4 * g + t``: the 4 words (hi slot 0, hi slot 1, lo slot 0, lo slot 1) of the mma B fragment of row
+# ``8 * nt + g`` at ``((nt * KS + ks) * 32 + l) * 4``. The k permutation inside a stage of 64 codes is chosen so
+# that lane t decodes only the codes 16t .. 16t+15 of the stage (one 8-byte shared load per weight row for 4 bits,
+# 16 bytes for 8 bits): physical (k-step S, slot, half h) of lane t holds logical code ``16t + 8*slot + S + 4h``
+# (4 bits: nibbles S and S+4 of word 2t+slot) or ``16t + 8*slot + 4*(S>>1) + 2*(S&1) + h`` (8 bits: bytes
+# 2(S&1), 2(S&1)+1 of word 4t + 2*slot + (S>>1)). A k-step therefore mixes codes of the whole stage, so v3 needs a
+# group of at least 64 (one or two stages per group). ``SXT[gi, n]`` (float32) is the sum of x over row n's group gi:
+# 16-element partial sums in natural order, added in k order (the same order as v1).
+
+# NWO warps along out, NWR warps along rows, MT m16 tiles / warp, NT n8 tiles / warp, cp.async stages[, minimum
+# resident blocks per SM: launch bounds that cap registers (65536 / (threads * blocks)); absent or 0: none]
+# (a 6th entry of 2 caps 8 x 1 x 2 x 4 at 128 registers: ptxas then spills 4-32 bytes depending on cc and stages)
+GEO3 = (4, 1, 2, 4, 3)  # 128 threads, 128 outputs x 32 rows, 3 stages: 160-170 registers, 3 blocks per SM
+_BITS3 = (4, 8)
+_GROUPS3 = (64, 128)
+XPREP_TPB = 64
+RPAD = 64  # XF / SXT rows are padded to a multiple of this (every row tile BR divides it: no clamps in the kernel)
+SMEM_LIMIT = 48 * 1024  # static shared memory per block
+
+
+def _pair_codes3(bits: int, S: int, slot: int):
+    """Logical codes (relative to 16t of the stage) of the bf16 pair in k-step S, register slot ``slot``."""
+    if bits == 4:
+        return (8 * slot + S, 8 * slot + S + 4)
+    c = 8 * slot + 4 * (S >> 1) + 2 * (S & 1)
+    return (c, c + 1)
+
+
+def _decode3(bits: int, S: int, slot: int, w) -> str:
+    """Expression of the decoded bf16 pair (k-step S, slot) from a lane's words ``w(j)`` of one weight row."""
+    if bits == 4:
+        v = w(slot)
+        sv = f"({v} >> np.uint32({4 * S}))" if S else v
+        return f"fma_bf16x2(and_or({sv}, _M4, _MAGIC), _ONE2, _NEG128)"
+    v = w(2 * slot + (S >> 1))
+    b0 = 16 * (S & 1)
+    q0 = f"(np.uint32((({v} >> np.uint32({b0})) & np.uint32(0xFF)) | np.uint32(0x4B000000)).view(np.float32) - _TWO23)"
+    q1 = f"(np.uint32((({v} >> np.uint32({b0 + 8})) & np.uint32(0xFF)) | np.uint32(0x4B000000)).view(np.float32) - _TWO23)"
+    return f"pack_bf16x2({q0}, {q1})"
+
+
+def smem3(bits: int, geo) -> int:
+    NWO, NWR, MT, NT, NSTG = geo[:5]
+    return NSTG * (NWO * MT * 16 * 2 * bits + NWR * NT * 512) * 4
+
+
+def _gen_xprep(name: str, bits: int) -> str:
+    L = []
+    a = L.append
+    a(f"def {name}(x, XF, SXT, R):")
+    a(f"    n = cuda.blockIdx.x * {XPREP_TPB} + cuda.threadIdx.x")
+    a("    gi = cuda.blockIdx.y")
+    a("    Rp = SXT.shape[1]")
+    a("    if n < Rp:")
+    a("        KS = x.shape[1] // 16")
+    a("        grp = x.shape[1] // SXT.shape[0]")
+    a("        xr = min(n, R - 1)")
+    a("        nt = n >> 3")
+    a("        gl = n & 7")
+    a("        s = np.float32(0.0)")
+    a("        for b in range(grp // 16):")
+    a("            kb = gi * grp + b * 16")
+    a("            v0 = ldg_f32x4_2d(x, xr, kb)")
+    a("            v1 = ldg_f32x4_2d(x, xr, kb + 4)")
+    a("            v2 = ldg_f32x4_2d(x, xr, kb + 8)")
+    a("            v3 = ldg_f32x4_2d(x, xr, kb + 12)")
+
+    def xe(c):
+        return f"v{c // 4}[{c % 4}]"
+
+    a("            s = s + (" + " + ".join(xe(c) for c in range(16)) + ")")
+    a("            base = ((nt * KS + (kb >> 6) * 4) * 32 + gl * 4 + ((kb >> 4) & 3)) * 4")
+    for S in range(4):
+        c00, c01 = _pair_codes3(bits, S, 0)
+        c10, c11 = _pair_codes3(bits, S, 1)
+        a(f"            h0_{S}, l0_{S} = split_bf16x2({xe(c00)}, {xe(c01)})")
+        a(f"            h1_{S}, l1_{S} = split_bf16x2({xe(c10)}, {xe(c11)})")
+        a(f"            XF[base + {S * 128}] = h0_{S}")
+        a(f"            XF[base + {S * 128 + 1}] = h1_{S}")
+        a(f"            XF[base + {S * 128 + 2}] = l0_{S}")
+        a(f"            XF[base + {S * 128 + 3}] = l1_{S}")
+    a("        SXT[gi, n] = s")
+    return "\n".join(L) + "\n"
+
+
+def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3) -> str:
+    NWO, NWR, MT, NT, NSTG = geo[:5]
+    TPB = 32 * NWO * NWR
+    BO, BR = NWO * MT * 16, NWR * NT * 8
+    NNT = BR // 8
+    WPS = 2 * bits  # words of a weight row per stage (64 codes)
+    CW = WPS // 4  # 16-byte chunks of a weight row per stage
+    WSZ, XSZ = BO * WPS, NNT * 512  # words per stage buffer
+    SPS = group // 64  # stages per group
+    NCW, NCX = BO * CW, NNT * 128
+    uW, uX = -(-NCW // TPB), -(-NCX // TPB)
+    LW = bits // 2  # words a lane reads per weight row per stage (2 for 4 bits, 4 for 8 bits)
+    assert smem3(bits, geo) <= SMEM_LIMIT, (geo, smem3(bits, geo))
+    assert 2 <= NSTG <= 4 and RPAD % BR == 0
+    L = []
+    a = L.append
+    a(f"def {name}(W, S, B, XF, SXT, y, R):")
+    a("    tid = cuda.threadIdx.x")
+    a("    lane = tid & 31")
+    a("    warp = tid >> 5")
+    a("    g = lane >> 2")
+    a("    t = lane & 3")
+    a(f"    wo = warp % {NWO}")
+    a(f"    wr = warp // {NWO}")
+    a(f"    Ws = cuda.shared.array({NSTG * WSZ}, np.uint32, alignment=16)")
+    a(f"    Xs = cuda.shared.array({NSTG * XSZ}, np.uint32, alignment=16)")
+    a("    out = W.shape[0]")
+    a(f"    KS = W.shape[1] * {32 // bits} // 16")
+    a("    nst = KS // 4")
+    a(f"    ng = nst // {SPS}")
+    a(f"    o0 = cuda.blockIdx.x * {BO}")
+    a(f"    r0 = cuda.blockIdx.y * {BR}")
+    a(f"    nt0 = cuda.blockIdx.y * {NNT}")
+    a("    zero = np.float32(0.0)")
+    for u in range(uW):
+        a(f"    qW{u} = tid + {u * TPB}")
+        a(f"    rowW{u} = min(o0 + qW{u} // {CW}, out - 1)")
+        a(f"    cW{u} = (qW{u} % {CW}) * 4")
+    for u in range(uX):
+        a(f"    qX{u} = tid + {u * TPB}")
+        a(f"    gX{u} = (nt0 + qX{u} // 128) * KS * 128 + (qX{u} % 128) * 4")
+    for i in range(MT):
+        for hh in range(2):
+            a(f"    so{i}_{hh} = min(o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g, out - 1)")
+        a(f"    ar{i} = ((wo * {MT} + {i}) * 16 + g) * {WPS} + t * {LW}")
+    a(f"    sr = r0 + wr * {NT * 8} + 2 * t")  # rows 2t, 2t+1 of n-tile j: sr + 8j (< Rp: RPAD padding)
+    for j in range(NT):
+        a(f"    bo{j} = (wr * {NT} + {j}) * 512 + lane * 4")
+
+    def issue(ind, stv, bufv):
+        for u in range(uW):
+            i2 = ind
+            if (u + 1) * TPB > NCW:
+                a(f"{ind}if qW{u} < {NCW}:")
+                i2 = ind + "    "
+            a(f"{i2}cp_async16(Ws, {bufv} * {WSZ} + qW{u} * 4, W, rowW{u}, {stv} * {WPS} + cW{u})")
+        for u in range(uX):
+            i2 = ind
+            if (u + 1) * TPB > NCX:
+                a(f"{ind}if qX{u} < {NCX}:")
+                i2 = ind + "    "
+            a(f"{i2}cp_async16_1d(Xs, {bufv} * {XSZ} + qX{u} * 4, XF, gX{u} + {stv} * 512)")
+
+    for p in range(NSTG - 1):
+        a(f"    if {p} < nst:")
+        issue("        ", str(p), str(p))
+        a("    cp_async_commit()")
+    for i in range(MT):
+        for j in range(NT):
+            for c in range(4):
+                a(f"    acc{i}_{j}_{c} = zero")
+    a("    ring = 0")
+    a("    for gi in range(ng):")
+    I = "        "
+    cur = {}
+    for i in range(MT):
+        for j in range(NT):
+            for c in range(4):
+                cur[i, j, c] = "zero"
+    def _scales():
+        # the group's scales, biases and x sums (used by the group epilogue)
+        for i in range(MT):
+            for hh in range(2):
+                a(f"{I}es{i}_{hh} = {_scale_expr3('S', f'so{i}_{hh}', 'gi', sk)}")
+                a(f"{I}eb{i}_{hh} = {_scale_expr3('B', f'so{i}_{hh}', 'gi', sk)}")
+        for j in range(NT):
+            a(f"{I}sx{j} = ldg_f32x2_2d(SXT, gi, sr + {8 * j})")
+
+    for k in range(SPS):
+        stv = f"(gi * {SPS} + {k})" if SPS > 1 else "gi"
+        a(f"{I}st{k} = {stv}")
+        a(f"{I}cp_async_wait{NSTG - 2}()")
+        a(f"{I}cuda.syncthreads()")
+        if NSTG & (NSTG - 1) == 0:
+            a(f"{I}bc{k} = st{k} & {NSTG - 1}")
+            a(f"{I}bn{k} = (st{k} + {NSTG - 1}) & {NSTG - 1}")
+        else:  # ring slots of this stage and of the one issued now, carried (no division)
+            a(f"{I}bc{k} = ring")
+            a(f"{I}bn{k} = ring - 1 if ring > 0 else {NSTG - 1}")
+            a(f"{I}ring = ring + 1 if ring < {NSTG - 1} else 0")
+        a(f"{I}if st{k} + {NSTG - 1} < nst:")
+        issue(I + "    ", f"(st{k} + {NSTG - 1})", f"bn{k}")
+        a(f"{I}cp_async_commit()")
+        a(f"{I}bw{k} = bc{k} * {WSZ}")
+        a(f"{I}bx{k} = bc{k} * {XSZ}")
+        if k == 0:  # loaded now, used after the group's mma's
+            _scales()
+        for i in range(MT):
+            ld = "lds_u32x2" if LW == 2 else "lds_u32x4"
+            a(f"{I}ua{i}_{k} = {ld}(Ws, bw{k} + ar{i})")
+            a(f"{I}va{i}_{k} = {ld}(Ws, bw{k} + ar{i} + {8 * WPS})")
+        for S in range(4):
+            for i in range(MT):
+                regs = []
+                for slot in range(2):
+                    for half in ("u", "v"):
+                        regs.append(_decode3(bits, S, slot, lambda j, half=half, i=i: f"{half}a{i}_{k}[{j}]"))
+                # a0 (g, slot 0), a1 (g + 8, slot 0), a2 (g, slot 1), a3 (g + 8, slot 1)
+                for r in range(4):
+                    a(f"{I}fa{i}_{k}{S}_{r} = {regs[r]}")
+            for j in range(NT):
+                a(f"{I}fb{j}_{k}{S} = lds_u32x4(Xs, bx{k} + bo{j} + {S * 128})")
+            for i in range(MT):
+                fa = ", ".join(f"fa{i}_{k}{S}_{r}" for r in range(4))
+                for j in range(NT):
+                    fb = f"fb{j}_{k}{S}"
+                    for h in range(2):
+                        ins = ", ".join(cur[i, j, c] for c in range(4))
+                        outs = [f"e{i}_{j}_{c}_{k}{S}{h}" for c in range(4)]
+                        a(f"{I}{', '.join(outs)} = mma_bf16({fa}, {fb}[{2 * h}], {fb}[{2 * h + 1}], {ins})")
+                        for c in range(4):
+                            cur[i, j, c] = outs[c]
+    # group epilogue: acc += s * d + b * sum_x(group)
+    for i in range(MT):
+        for j in range(NT):
+            for c in range(4):
+                hh, cc = c >> 1, c & 1
+                a(f"{I}acc{i}_{j}_{c} = (acc{i}_{j}_{c} + es{i}_{hh} * {cur[i, j, c]}) + eb{i}_{hh} * sx{j}[{cc}]")
+    for i in range(MT):
+        for hh in range(2):
+            a(f"    yo{i}_{hh} = o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g")
+    for j in range(NT):
+        for cc in range(2):
+            a(f"    yr{j}_{cc} = r0 + wr * {NT * 8} + {j * 8 + cc} + 2 * t")
+    for i in range(MT):
+        for j in range(NT):
+            for c in range(4):
+                hh, cc = c >> 1, c & 1
+                a(f"    if yo{i}_{hh} < out and yr{j}_{cc} < R:")
+                a(f"        y[yr{j}_{cc}, yo{i}_{hh}] = acc{i}_{j}_{c}")
+    return "\n".join(L) + "\n"
+
+
+def get_xprep_pyfunc(bits: int):
+    key = ("xp", bits)
+    if key not in _KCACHE:
+        name = f"xprep_b{bits}"
+        _KCACHE[key] = _build(name, _gen_xprep(name, bits))
+    return _KCACHE[key]
+
+
+def get_xprep_kernel(bits: int):
+    key = ("xpk", bits)
+    if key not in _KCACHE:
+        _KCACHE[key] = cuda.jit(get_xprep_pyfunc(bits))
+    return _KCACHE[key]
+
+
+def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3):
+    key = ("py3", bits, group, sk, tuple(geo))
+    if key not in _KCACHE:
+        name = f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}"
+        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo)))
+    return _KCACHE[key]
+
+
+def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3):
+    key = ("k3", bits, group, sk, tuple(geo))
+    if key not in _KCACHE:
+        lb = (32 * geo[0] * geo[1], geo[5]) if len(geo) > 5 and geo[5] and not IS_SIM else None
+        if lb:  # an optional 6th geometry entry: minimum resident blocks per SM (launch bounds; caps registers)
+            _KCACHE[key] = cuda.jit(launch_bounds=lb)(get_gemm3_pyfunc(bits, group, sk, geo))
+        else:
+            _KCACHE[key] = cuda.jit(get_gemm3_pyfunc(bits, group, sk, geo))
+    return _KCACHE[key]
+
+
+def supported3(inp: int, bits: int, group: int) -> bool:
+    """True when the v3 kernel handles the format (4 / 8 bits, groups 64 / 128, ``in`` a multiple of the group)."""
+    return bits in _BITS3 and group in _GROUPS3 and inp % group == 0
+
+
+def geo3(bits: int, group: int) -> tuple:
+    """v3's default geometry for a format (from the format only, never from the row count)."""
+    return GEO3
+
+
+def tile3(geo=GEO3):
+    NWO, NWR, MT, NT = geo[:4]
+    return NWO * MT * 16, NWR * NT * 8
+
+
+def workspace(rows: int, inp: int):
+    """Device scratch for v3 launches of up to ``rows`` rows and ``in`` <= ``inp``: (XF uint32, SXT float32), flat.
+    Pass it as ``ws=`` (e.g. from the runtime's static buffers, so that graph capture never allocates)."""
+    rp = -(-max(1, rows) // RPAD) * RPAD
+    return _alloc(rp * inp, rp * max(1, inp // 64))
+
+
+_WS: list = []  # module scratch when no ws is passed: grown, never freed (a captured graph may still use an old one)
+
+
+def _alloc(nx: int, ns: int):
+    if IS_SIM:
+        return np.zeros(nx, np.uint32), np.zeros(ns, np.float32)
+    return cuda.device_array(nx, np.uint32), cuda.device_array(ns, np.float32)
+
+
+def _scratch(ws, Rp: int, inp: int, ng: int):
+    if ws is None:
+        if not _WS or _WS[-1][0].size < Rp * inp or _WS[-1][1].size < Rp * ng:
+            px, ps = (_WS[-1][0].size, _WS[-1][1].size) if _WS else (0, 0)
+            _WS.append(_alloc(max(px, Rp * inp), max(ps, Rp * ng)))
+        ws = _WS[-1]
+    XF, SX = ws
+    if XF.size < Rp * inp or SX.size < Rp * ng:
+        raise ValueError(f"gemm workspace too small for {Rp} rows x {inp}")
+    return XF[: Rp * inp], SX[: Rp * ng].reshape((ng, Rp))
+
+
+def _launch3(W, S, B, x, y, bits, group, R, stream, geo, ws):
+    out, inp = W.shape[0], x.shape[1]
+    Rp = -(-R // RPAD) * RPAD
+    ng = inp // group
+    XF, SXT = _scratch(ws, Rp, inp, ng)
+    get_xprep_kernel(bits)[(-(-Rp // XPREP_TPB), ng), XPREP_TPB, stream](x, XF, SXT, np.int32(R))
+    k = get_gemm3_kernel(bits, group, affine._scale_kind(S), geo)
+    bo, br = tile3(geo)
+    k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](W, S, B, XF, SXT, y, np.int32(R))
     return y
 
 
@@ -512,6 +1046,9 @@ _GF = "void(uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], f
 _GH = "void(uint32[:, ::1], float16[:, ::1], float16[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
 
 
+_G3 = "void(uint32[:, ::1], {s}[:, ::1], {s}[:, ::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32)"
+
+
 def _specs():
     specs, hot = [], set()
     for bits in _BITS:
@@ -521,6 +1058,19 @@ def _specs():
             hot.add(f.__name__)
     specs.append((get_gemm_pyfunc(4, 64, "f32"), _GF))
     specs.append((get_gemm_pyfunc(4, 64, "f16"), _GH))
+    # v3
+    for sk, sty in (("bf16", "uint16"), ("f32", "float32"), ("f16", "float16")):
+        for bits in _BITS3:
+            for group in _GROUPS3:
+                if sk != "bf16" and (bits, group) != (4, 64):
+                    continue
+                f = get_gemm3_pyfunc(bits, group, sk, geo3(bits, group))
+                specs.append((f, _G3.format(s=sty)))
+                hot.add(f.__name__)
+    for bits in _BITS3:
+        f = get_xprep_pyfunc(bits)
+        specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))
+        hot.add(f.__name__)
     return specs, hot
 
 

@@ -1,6 +1,10 @@
 """GPU tier for tensorfold.kernels.gemm (run on the device:
 ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_gemm.py``).
 
+Both kernels: v3 (x pre-split by ``xprep``, cp.async ring; 4 / 8 bits, groups 64 / 128) and v1 (``impl="v1"``);
+the formats test runs the default dispatch (v3 where it applies, v1 for 2 bits and group 32, the affine fallback
+for 3 bits). v3 geometries must give the default geometry's bits, and ``xprep`` must produce the specified layout.
+
 Real 2B / 9B / 27B projection shapes (gate/up ``I x H`` and down ``H x I``, 4-bit group 64) at 512 and 4096 rows,
 every supported bits x group (2 / 4 / 8 x 32 / 64 / 128) at 2048 x 4096 with 300 rows (partial row tile), float16 /
 float32 scales, and the fallback for 3 bits. Weights are uniformly random packed words (every code occurs) with
@@ -69,17 +73,18 @@ def _check(y, x, W, what):
     assert (err <= TOL * bound).all(), f"{what}: max err/bound {worst:.2e} > {TOL}"
 
 
-def _launch(cuda, dP, dS, dB, dx, R, out, bits, group):
+def _launch(cuda, dP, dS, dB, dx, R, out, bits, group, impl=None, geo=None):
     from tensorfold.kernels import gemm as G
 
     y = cuda.to_device(np.full((R, out), np.nan, np.float32))
-    G.launch_qgemm(dP, dS, dB, dx[:R], y, bits, group, rows=R)
+    G.launch_qgemm(dP, dS, dB, dx[:R], y, bits, group, rows=R, impl=impl, geo=geo)
     cuda.synchronize()
     return y.copy_to_host()
 
 
+@pytest.mark.parametrize("impl", ["v3", "v1"])
 @pytest.mark.parametrize("model,which", [(m, w) for m in SHAPES for w in ("gate_up", "down")])
-def test_real_shapes_512_and_4096_rows(model, which):
+def test_real_shapes_512_and_4096_rows(model, which, impl):
     cuda = _cuda()
     H, I = SHAPES[model]
     out, inp = (I, H) if which == "gate_up" else (H, I)
@@ -87,16 +92,16 @@ def test_real_shapes_512_and_4096_rows(model, which):
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((4096, inp)).astype(np.float32)
     dP, dS, dB, dx = (cuda.to_device(a) for a in (P, S, B, x))
-    y512 = _launch(cuda, dP, dS, dB, dx, 512, out, bits, group)
-    y4k = _launch(cuda, dP, dS, dB, dx, 4096, out, bits, group)
+    y512 = _launch(cuda, dP, dS, dB, dx, 512, out, bits, group, impl)
+    y4k = _launch(cuda, dP, dS, dB, dx, 4096, out, bits, group, impl)
     W = _dequant(P, S, B, bits, group)
-    _check(y512, x[:512], W, f"{model} {which} {out}x{inp} R=512")
+    _check(y512, x[:512], W, f"{impl} {model} {which} {out}x{inp} R=512")
     assert np.array_equal(y4k[:512].view(np.uint32), y512.view(np.uint32)), "rows 0..511: R=4096 != R=512"
     rows = np.unique(np.concatenate([rng.choice(4096, 256, replace=False), np.arange(4032, 4096)]))
     assert not np.isnan(y4k).any()
-    _check(y4k[rows], x[rows], W, f"{model} {which} {out}x{inp} R=4096 ({rows.size} rows)")
+    _check(y4k[rows], x[rows], W, f"{impl} {model} {which} {out}x{inp} R=4096 ({rows.size} rows)")
     for r in (0, 333, 511):
-        y1 = _launch(cuda, dP, dS, dB, dx[r:r + 1], 1, out, bits, group)
+        y1 = _launch(cuda, dP, dS, dB, dx[r:r + 1], 1, out, bits, group, impl)
         assert np.array_equal(y1[0].view(np.uint32), y512[r].view(np.uint32)), f"row {r}: R=1 != R=512"
 
 
@@ -117,3 +122,51 @@ def test_formats(bits, group, sdtype):
         for r in (0, 299):
             y1 = _launch(cuda, dP, dS, dB, dx[r:r + 1], 1, out, bits, group)
             assert np.array_equal(y1[0].view(np.uint32), y[r].view(np.uint32)), f"row {r}: R=1 != R={R}"
+
+
+V3_GEOS = [(8, 1, 2, 4, 2), (8, 1, 2, 4, 3), (4, 1, 2, 4, 2), (4, 1, 2, 4, 4), (4, 2, 2, 4, 2), (8, 1, 2, 4, 2, 2)]
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 128)])
+def test_v3_geometries_bit_identical(bits, group):
+    """Every v3 geometry (tiles, ring depth, launch bounds) gives the default geometry's bits (9B gate/up shape,
+    300 rows: partial row tiles) and the default meets the oracle."""
+    cuda = _cuda()
+    from tensorfold.kernels import gemm as G
+
+    H, I = SHAPES["9B"]
+    out, inp, R = I, H, 300
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((R, inp)).astype(np.float32)
+    dP, dS, dB, dx = (cuda.to_device(a) for a in (P, S, B, x))
+    base = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3")
+    _check(base, x, _dequant(P, S, B, bits, group), f"v3 default {G.geo3(bits, group)} {bits}-bit g{group}")
+    for geo in V3_GEOS:
+        yg = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3", geo)
+        assert np.array_equal(yg.view(np.uint32), base.view(np.uint32)), f"geo {geo} != default"
+
+
+def test_xprep_layout_real_shape():
+    """xprep on the GPU against the layout rebuilt in numpy (27B down: K = 17408, 100 rows; bf16 splits bit-exact,
+    group sums within 1e-6 * sum |x|)."""
+    cuda = _cuda()
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_sim_gemm3 import _expected_prep
+
+    from tensorfold.kernels import gemm as G
+
+    R, K, group = 100, 5120, 64
+    for bits in (4, 8):
+        x = rng.standard_normal((R, K)).astype(np.float32)
+        Rp = -(-R // G.RPAD) * G.RPAD
+        XF = cuda.device_array(Rp * K, np.uint32)
+        SXT = cuda.device_array((K // group, Rp), np.float32)
+        G.get_xprep_kernel(bits)[(-(-Rp // G.XPREP_TPB), K // group), G.XPREP_TPB](cuda.to_device(x), XF, SXT,
+                                                                                  np.int32(R))
+        cuda.synchronize()
+        eXF, esx, eabs = _expected_prep(np.concatenate([x, np.repeat(x[-1:], Rp - R, 0)]), bits, group)
+        assert np.array_equal(XF.copy_to_host(), eXF)
+        assert (np.abs(SXT.copy_to_host() - esx) <= 1e-6 * eabs).all()

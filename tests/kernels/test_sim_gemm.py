@@ -1,4 +1,5 @@
-"""Simulator tier for tensorfold.kernels.gemm (tensor-core prompt GEMM for MLX affine weights).
+"""Simulator tier for the v1 kernel of tensorfold.kernels.gemm (tensor-core prompt GEMM for MLX affine weights;
+v3 is in test_sim_gemm3.py; these tests pin ``impl="v1"``).
 
 Oracle: ``ops.affine_dequant`` (fp32 ``s * q + b``) and a float64 matmul. Tolerance: ``|y - ref| <= 1e-5 *
 (|x| @ |W|)`` elementwise (x enters the mma's as bf16 high + bf16 residual, about 2^-17 relative, and the qdot form
@@ -45,7 +46,7 @@ def _check(y, ref, bound, tol=1e-5):
 def _run(P, S, B, x, bits, group, geo=SMALL, R=None):
     R = x.shape[0] if R is None else R
     y = np.full((R, P.shape[0]), np.nan, np.float32)
-    G.launch_qgemm(P, S, B, x[:R], y, bits, group, geo=geo)
+    G.launch_qgemm(P, S, B, x[:R], y, bits, group, geo=geo, impl="v1")
     return y
 
 
@@ -106,7 +107,7 @@ def test_production_geometry():
     out, K, R, bits, group = 100, 64, 5, 4, 64
     P, S, B = _rand_q(out, K, bits, group)
     x = rng.standard_normal((R, K)).astype(np.float32)
-    y = _run(P, S, B, x, bits, group, geo=G.GEO)
+    y = _run(P, S, B, x, bits, group, geo=G.GEO)  # v1's default
     ref, bound = _ref(x, P, S, B, bits, group)
     _check(y, ref, bound)
     small = _run(P, S, B, x, bits, group)
