@@ -490,6 +490,11 @@ class Buffers:
         self.ws = d(ws, f)
         qgemv.counters()  # the split-K arrival counters, allocated before any graph capture
         self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
+        # v3 prompt-GEMM scratch (x split into bf16 mma fragments + group sums) for the widest GEMM input: static,
+        # so that captured prompt graphs never allocate and always see the same pointers
+        kin = max((e["in"] for e in arena._lin.values()
+                   if e["kind"] == "affine" and gemm.supported3(e["in"], e["bits"], e["group"])), default=0)
+        self.gemm_ws = gemm.workspace(R, kin) if prompt_rows and kin else None
 
     @staticmethod
     def nbytes(config, rows, log_rows, ctx, att_rows, prompt_rows) -> int:
@@ -507,8 +512,10 @@ class Buffers:
         nc = attention.max_chunks(ctx)
         att = nH * nc * (hd + 2)
         chunk = 2 * Hk * Dk + Hv * (4 + delta_rule.CH + Dv + Dk)
+        kin = max(H, I, nH * hd, Hv * Dv)  # widest GEMM input (bound for Buffers.gemm_ws)
+        gws = (-(-rows // gemm.RPAD) * gemm.RPAD) * (kin + kin // 64) if prompt_rows else 0
         return 4 * (rows * per_row + out_rows * (H + c.vocab_size + 1) + log_rows * log + att_rows * att
-                    + prompt_rows * chunk)
+                    + prompt_rows * chunk + gws)
 
 
 # ------------------------------------------------------------------------------------------------ runner
@@ -580,7 +587,7 @@ class Runner:
             return
         if prompt and ent["kind"] == "affine" and R > 16:
             gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
-                                stream=stream, rows=R)
+                                stream=stream, rows=R, ws=self.buf.gemm_ws)
             return
         p = ent["plan"]
         for r0 in range(0, R, GEMV_ROWS):
