@@ -6,7 +6,7 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,2,2,2,1056;4,2,4,1,528" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
+A config is ``nw,mt,u,depth,blocks[,persist]`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ def main(argv=None):
             plans = [] if args.no_old else [("old " + A.plan_tc(out, inp, bits, group).variant,
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
-                nw, mt, u, depth, blocks = c
-                plans.append((f"v3 {nw},{mt},{u},{depth},{blocks}", Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u,
-                                                                            depth=depth, blocks=blocks)))
+                nw, mt, u, depth, blocks = c[:5]
+                per = bool(c[5]) if len(c) > 5 else False
+                plans.append((f"v3{'p' if per else ''} {nw},{mt},{u},{depth},{blocks}",
+                              Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
+                                     persist=per)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 
@@ -84,7 +86,7 @@ def main(argv=None):
                     continue
                 us = sec * 1e6
                 gbs = case.nbytes / sec / 1e9
-                geo = (f"ks {p.ks} cg {p.cg} blocks {-(-out // p.block_rows) * p.ks}" if isinstance(p, Q.V3Plan)
+                geo = (f"ks {p.ks} cg {p.cg} blocks {p.grid_x() * p.ks}" if isinstance(p, Q.V3Plan)
                        else f"ks {p.ks} tpb {p.tpb}")
                 row = dict(model=model, label=label, out=out, inp=inp, R=R, kernel=name, us=us, gbs=gbs,
                            pct=100 * gbs / bw, geo=geo, how=how)

@@ -512,6 +512,243 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     return "\n".join(L) + "\n"
 
 
+def _gen_persistent(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int) -> str:
+    """Kernel ``name(W, S, B, x, y, ws, cnt, R)``, persistent form: block (bx, kz) prepares K chunk ``kz`` (``cg``
+    groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
+    warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
+    weight / scale words of ``depth`` iterations ahead in flight across tile boundaries. A tile's sums go to ``y``
+    (one chunk) or to ``ws[kz]``; with several chunks every warp then fences once, counts its tiles' arrivals, and the
+    warp that completes a tile adds its ``ks`` partials in chunk order."""
+    lw, cl, steps = _lane_layout(bits, group)
+    spg = group // 16
+    wpg = group * bits // 32
+    off128 = bits != 8
+    nit = cg // u
+    assert cg % u == 0 and u in (1, 2, 4)
+    swords = {1: 1, 2: 1, 4: 2}[u]
+    ldw = {1: "ld_w1", 2: "ld_w2", 4: "ld_w4"}[lw]
+    lds = {1: "ld_w1", 2: "ld_w2"}[swords]
+    TR = 16 * mt
+    L = []
+    a = L.append
+    a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
+    a("    tid = cuda.threadIdx.x")
+    a("    lane = tid & 31")
+    a("    warp = tid >> 5")
+    a("    g = lane >> 2")
+    a("    t = lane & 3")
+    a(f"    xb = cuda.shared.array({cg * spg * nt * 32}, np.uint64)")
+    a(f"    xs = cuda.shared.array({cg * nt * 4}, np.float32)")
+    a(f"    xp = cuda.shared.array({cg * nt * 4 * 4 * spg}, np.float32)")
+    a(f"    lastf = cuda.shared.array({nw * 32}, np.int32)")
+    a("    out = W.shape[0]")
+    a("    bx = cuda.blockIdx.x")
+    a("    kz = cuda.blockIdx.y")
+    a("    ks = cuda.gridDim.y")
+    a(f"    nwt = cuda.gridDim.x * {nw}")
+    a(f"    wid = bx * {nw} + warp")
+    a(f"    ntile = (out + {TR - 1}) // {TR}")
+    a("    ntw = (ntile - wid + nwt - 1) // nwt if wid < ntile else 0")
+    a(f"    total = ntw * {nit}")
+    a(f"    G0 = kz * {cg}")
+    a("    wpitch = W.shape[1]")
+    a("    spitch = S.shape[1]")
+    a("    xpitch = x.shape[1]")
+    a("    MAGIC = np.uint32(0x43004300) | (np.uint32(R) >> np.uint32(31))")
+
+    def bases(ind, suf, jexpr):
+        """row offsets (weights, scales) of the lane's rows in tile ``jexpr`` of this warp (rows clamped)"""
+        a(f"{ind}ob{suf} = (wid + ({jexpr}) * nwt) * {TR}")
+        for m in range(mt):
+            for h, dr in (("a", 0), ("b", 8)):
+                a(f"{ind}rr{suf} = min(ob{suf} + {16 * m + dr} + g, out - 1)")
+                a(f"{ind}wo{h}{m}{suf} = rr{suf} * wpitch + G0 * {wpg} + t * {lw}")
+                a(f"{ind}so{h}{m}{suf} = rr{suf} * spitch + G0")
+
+    def loads(ind, pre, suf, it):
+        """weight and scale / bias words of iteration ``it`` (a constant) of the tile whose bases end in ``suf``"""
+        for m in range(mt):
+            for h in ("a", "b"):
+                for uu in range(u):
+                    v = f"{pre}w{h}{m}_{uu}"
+                    names = ", ".join(f"{v}_{j}" for j in range(lw))
+                    a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {(it * u + uu) * wpg})")
+                if u == 1:
+                    a(f"{ind}{pre}sel{h}{m} = (so{h}{m}{suf} + {it}) & 1")
+                    a(f"{ind}{pre}s{h}{m} = ld_w1(S, so{h}{m}{suf} + {it} - {pre}sel{h}{m})")
+                    a(f"{ind}{pre}b{h}{m} = ld_w1(B, so{h}{m}{suf} + {it} - {pre}sel{h}{m})")
+                else:
+                    for arr, nm in (("S", "s"), ("B", "b")):
+                        names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
+                        a(f"{ind}{names} = {lds}({arr}, so{h}{m}{suf} + {it * u})")
+
+    def ring_names():
+        names = []
+        for m in range(mt):
+            for h in ("a", "b"):
+                for uu in range(u):
+                    names += [f"w{h}{m}_{uu}_{j}" for j in range(lw)]
+                if u == 1:
+                    names += [f"s{h}{m}", f"b{h}{m}", f"sel{h}{m}"]
+                else:
+                    names += [f"s{h}{m}_{k}" for k in range(swords)] + [f"b{h}{m}_{k}" for k in range(swords)]
+        return names
+
+    assert depth <= nit
+    bases("    ", "c", "0")
+    for d in range(depth):
+        loads("    ", f"p{d}_", "c", d)
+    # ---- x preparation of the chunk (items: group, step, t, row), then the group sums
+    I = "    "
+    a(f"{I}kb = G0 * {group}")
+    nitems = cg * spg * 4 * nt * 4
+    a(f"{I}for it0 in range(0, {nitems}, {nw * 32}):")
+    J = I + "    "
+    a(f"{J}item = it0 + tid")
+    a(f"{J}if item < {nitems}:")
+    K = J + "    "
+    a(f"{K}r = item % {4 * nt}")
+    a(f"{K}rest = item // {4 * nt}")
+    a(f"{K}tt = rest % 4")
+    a(f"{K}gs = rest // 4")
+    a(f"{K}gl = gs // {spg}")
+    a(f"{K}st = gs % {spg}")
+    a(f"{K}base = kb + gl * {group} + tt * {cl}")
+    a(f"{K}rr = min(r, R - 1)")
+    a(f"{K}live = np.float32(1.0) if r < R else np.float32(0.0)")
+    for s_, (_, prs, _) in enumerate(steps):
+        kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
+        (l0, h0), (l1, h1) = prs
+        a(f"{K}{kw} st == {s_}:" if kw != "else" else f"{K}else:")
+        a(f"{K}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
+    a(f"{K}v0 = x[rr, base + c0] * live")
+    a(f"{K}v1 = x[rr, base + c1] * live")
+    a(f"{K}v2 = x[rr, base + c2] * live")
+    a(f"{K}v3 = x[rr, base + c3] * live")
+    a(f"{K}h0, l0 = _split_pair(v0, v1)")
+    a(f"{K}h1, l1 = _split_pair(v2, v3)")
+    a(f"{K}n = r // 4")
+    a(f"{K}rl = r % 4")
+    a(f"{K}slot = (gs * {nt} + n) * 32 + tt")
+    a(f"{K}xb[slot + 8 * rl] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+    a(f"{K}xb[slot + 8 * rl + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
+    a(f"{K}ps = ((_bf_lo(h0) + _bf_lo(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
+      f"((_bf_lo(h1) + _bf_lo(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
+    a(f"{K}xp[(gl * {4 * nt} + r) * {4 * spg} + tt * {spg} + st] = ps")
+    a(f"{I}cuda.syncthreads()")
+    a(f"{I}for e0 in range(0, {cg * nt * 4}, {nw * 32}):")
+    a(f"{I}    e = e0 + tid")
+    a(f"{I}    if e < {cg * nt * 4}:")
+    J = I + "        "
+    a(f"{J}sm = xp[e * {4 * spg}]")
+    a(f"{J}for kk in range(1, {4 * spg}):")
+    a(f"{J}    sm += xp[e * {4 * spg} + kk]")
+    a(f"{J}xs[e] = sm if e % {4 * nt} < R else np.float32(0.0)")
+    a(f"{I}cuda.syncthreads()")
+    for m in range(mt):
+        for n in range(nt):
+            a(f"    acc{m}_{n}_a = np.float32(0.0)")
+            a(f"    acc{m}_{n}_b = np.float32(0.0)")
+    # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
+    #      (into the next tile at the end of one)
+    a("    for jt in range(ntw):")
+    J = "        "
+    bases(J, "n", "min(jt + 1, ntw - 1)")
+    for it in range(nit):
+        tgt = it + depth
+        if tgt < nit:
+            loads(J, f"p{depth}_", "c", tgt)
+        else:
+            loads(J, f"p{depth}_", "n", tgt - nit)
+        for uu in range(u):
+            for s_ in range(spg):
+                for n in range(nt):
+                    a(f"{J}qv = xb[lane + {((it * u + uu) * spg + s_) * nt * 32 + n * 32}]")
+                    a(f"{J}bf{s_}_{n}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
+                    a(f"{J}bf{s_}_{n}_1 = np.uint32(qv >> np.uint64(32))")
+            for n in range(nt):
+                a(f"{J}sx{n} = xs[t + {(it * u + uu) * 4 * nt + 4 * n}]")
+            for m in range(mt):
+                for h in ("a", "b"):
+                    if u == 1:
+                        a(f"{J}s{h} = _bf_hi(p0_s{h}{m}) if p0_sel{h}{m} else _bf_lo(p0_s{h}{m})")
+                        a(f"{J}b{h} = _bf_hi(p0_b{h}{m}) if p0_sel{h}{m} else _bf_lo(p0_b{h}{m})")
+                    else:
+                        k, half = uu // 2, uu % 2
+                        fn = "_bf_hi" if half else "_bf_lo"
+                        a(f"{J}s{h} = {fn}(p0_s{h}{m}_{k})")
+                        a(f"{J}b{h} = {fn}(p0_b{h}{m}_{k})")
+                    if off128:
+                        a(f"{J}b{h} = b{h} - np.float32(128.0) * s{h}")
+                dec_done = set()
+                for n in range(nt):
+                    a(f"{J}d0, d1, d2, d3 = np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)")
+                    for s_, (j, prs, dec) in enumerate(steps):
+                        if j not in dec_done:
+                            for L2 in _decode_lines(bits, f"p0_wa{m}_{uu}_{j}", f"pa{j}_", J):
+                                a(L2)
+                            for L2 in _decode_lines(bits, f"p0_wb{m}_{uu}_{j}", f"pb{j}_", J):
+                                a(L2)
+                            dec_done.add(j)
+                        i0, i1 = dec
+                        a(f"{J}d0, d1, d2, d3 = mma_bf16(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, "
+                          f"bf{s_}_{n}_0, bf{s_}_{n}_1, d0, d1, d2, d3)")
+                    a(f"{J}acc{m}_{n}_a += sa * (d0 + d1)")
+                    a(f"{J}acc{m}_{n}_a += ba * sx{n}")
+                    a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
+                    a(f"{J}acc{m}_{n}_b += bb * sx{n}")
+        for d in range(depth):
+            for nm in ring_names():
+                a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
+    # the tile's sums out, accumulators reset, the next tile's bases become current
+    for m in range(mt):
+        for n in range(nt):
+            for h, dr in (("a", 0), ("b", 8)):
+                a(f"{J}o = obc + {16 * m + dr} + g")
+                a(f"{J}r = {4 * n} + t")
+                a(f"{J}if o < out and r < R:")
+                a(f"{J}    if ks == 1:")
+                a(f"{J}        y[r, o] = acc{m}_{n}_{h}")
+                a(f"{J}    else:")
+                a(f"{J}        ws[kz, r, o] = acc{m}_{n}_{h}")
+                a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
+    a(f"{J}obc = obn")
+    for m in range(mt):
+        for h in ("a", "b"):
+            a(f"{J}wo{h}{m}c = wo{h}{m}n")
+            a(f"{J}so{h}{m}c = so{h}{m}n")
+    # ---- several chunks: one fence, arrivals counted per tile, the completing warp sums the tile in chunk order
+    a("    if ks > 1:")
+    a("        cuda.threadfence()")
+    a("        mtw = (ntile + nwt - 1) // nwt")
+    a("        for j0 in range(0, mtw, 32):")
+    a("            j = j0 + lane")
+    a("            isl = 0")
+    a("            if j < ntw:")
+    a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
+    a("                if old == ks - 1:")
+    a("                    isl = 1")
+    a(f"            lastf[warp * 32 + lane] = isl")
+    a("            cuda.syncthreads()")
+    a("            for jj in range(min(32, mtw - j0)):")
+    a("                if lastf[warp * 32 + jj] == 1:")
+    a("                    cuda.threadfence()")
+    a(f"                    ob = (wid + (j0 + jj) * nwt) * {TR}")
+    a(f"                    for e0 in range(0, R * {TR}, 32):")
+    a("                        e = e0 + lane")
+    a(f"                        r = e // {TR}")
+    a(f"                        o = ob + e % {TR}")
+    a("                        if r < R and o < out:")
+    a("                            tot = ld_cg_f32(ws, r * out + o)")
+    a("                            for kk in range(1, ks):")
+    a("                                tot += ld_cg_f32(ws, (kk * R + r) * out + o)")
+    a("                            y[r, o] = tot")
+    a("                    if lane == 0:")
+    a("                        cnt[wid + (j0 + jj) * nwt] = 0")
+    a("            cuda.syncthreads()")
+    return "\n".join(L) + "\n"
+
+
 _KCACHE: dict = {}
 
 
@@ -528,6 +765,30 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, sc, u, depth):
         fn.__module__ = __name__
         fn._tf_source = src
         _KCACHE[key] = fn
+    return _KCACHE[key]
+
+
+def get_pyfunc_p(bits, group, nt, nw, mt, cg, u, depth):
+    key = ("pyp", bits, group, nt, nw, mt, cg, u, depth)
+    if key not in _KCACHE:
+        name = f"qgemv3p_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}"
+        src = _gen_persistent(name, bits, group, nt, nw, mt, cg, u, depth)
+        glb = dict(get_pyfunc.__globals__)
+        glb = {k: glb[k] for k in ("cuda", "np", "mma_bf16", "pack_bf16x2", "_split_pair", "_bf_lo", "_bf_hi", "ld_w1",
+                                   "ld_w2", "ld_w4", "ld_cg_f32", "andor_m4", "andor_m2", "bf16_to_f32")}
+        glb["_TWO23"] = np.float32(8388608.0)
+        exec(compile(src, f"<tensorfold.kernels.qgemv:{name}>", "exec"), glb)
+        fn = glb[name]
+        fn.__module__ = __name__
+        fn._tf_source = src
+        _KCACHE[key] = fn
+    return _KCACHE[key]
+
+
+def get_kernel_p(bits, group, nt, nw, mt, cg, u, depth):
+    key = ("kp", bits, group, nt, nw, mt, cg, u, depth)
+    if key not in _KCACHE:
+        _KCACHE[key] = cuda.jit(get_pyfunc_p(bits, group, nt, nw, mt, cg, u, depth))
     return _KCACHE[key]
 
 
@@ -558,6 +819,8 @@ class V3Plan:
     cg: int
     u: int
     depth: int
+    persist: bool = False
+    blocks: int = 396
 
     @property
     def ks(self) -> int:
@@ -583,9 +846,16 @@ class V3Plan:
     def workspace_shape(self):
         return None if self.ks == 1 else (self.ks, 16, self.out)
 
+    def grid_x(self) -> int:
+        """blocks along x: row blocks (one chunk each), or for the persistent form the blocks sharing a chunk"""
+        if not self.persist:
+            return -(-self.out // self.block_rows)
+        ntile = -(-self.out // (16 * self.mt))
+        return max(1, min(-(-ntile // self.nw), self.blocks // self.ks))
 
-# default tuning (overridable for benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks")
-_DEF = dict(nw=4, mt=2, u=2, depth=2, blocks=1056)
+
+# default tuning (overridable for benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,persist")
+_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, persist=1)
 
 
 def _tuning():
@@ -593,14 +863,14 @@ def _tuning():
     if not v:
         return dict(_DEF)
     parts = [int(p) for p in v.split(",")]
-    keys = ["nw", "mt", "u", "depth", "blocks"]
+    keys = ["nw", "mt", "u", "depth", "blocks", "persist"]
     d = dict(_DEF)
     d.update(dict(zip(keys, parts)))
     return d
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None) -> V3Plan:
+         cg=None, persist=None) -> V3Plan:
     """Chunks: the fewest K chunks (a divisor of the group count, each a multiple of ``u`` groups) that give at
     least ``blocks`` blocks, or one group a chunk per ``u``."""
     tu = _tuning()
@@ -612,6 +882,22 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     ng = inp // group
     while u > 1 and ng % u:
         u //= 2
+    if persist is None:
+        persist = tu.get("persist", 1) == 1
+    if persist:
+        # chunks: the largest that fits shared memory for 8 rows (two n-tiles) and still gives the grid its warps
+        per = group // 16 * 2 * 32 * 8 + 2 * 4 * 4 * (group // 16) * 4
+        ntile = -(-out // (16 * mt))
+        cands = [c for c in range(ng, 0, -1) if ng % c == 0 and c % u == 0 and c * per <= _XB_BYTES + 8192]
+        if not cands:
+            cands = [u]
+        if cg is None:
+            cg = cands[-1]
+            for c in cands:
+                if ntile * (ng // c) >= blocks * nw:
+                    cg = c
+                    break
+        return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), True, blocks)
     nbx = -(-out // (16 * nw * mt))
     if cg is None:
         cands = [c for c in range(ng, 0, -1) if ng % c == 0 and c % u == 0]
@@ -652,6 +938,20 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     if R > 16:
         raise ValueError("qgemv v3: at most 16 rows a launch")
     out = W.shape[0]
+    if p.persist:
+        # up to 8 rows a launch (two n-tiles); a column's arithmetic does not depend on the others, so 9..16 rows
+        # as two launches give the same bits as any other split
+        for r0 in range(0, R, 8):
+            n = min(8, R - r0)
+            k = get_kernel_p(p.bits, p.group, nt_for(n), p.nw, p.mt, p.cg, p.u, p.depth)
+            if p.ks > 1:
+                if ws is None:
+                    raise ValueError("qgemv v3: ks > 1 needs a workspace ws [ks, R, out] float32")
+                w3 = ws if n == R else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
+            else:
+                w3 = _scratch()[1]
+            k[(p.grid_x(), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
+        return y
     nt = nt_for(R)
     k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.sc(nt), p.u, p.depth)
     nbx = -(-out // p.block_rows)

@@ -78,8 +78,32 @@ def test_sixteen_rows_subchunks_and_one_chunk(monkeypatch):
 def test_plan_is_a_function_of_the_shape():
     for out, K in ((12288, 2048), (2048, 6144), (24576, 4096), (4096, 12288), (34816, 5120), (5120, 17408),
                    (248320, 2048)):
-        p = Q.plan(out, K, 4, 64)
-        ng = K // 64
-        assert ng % p.cg == 0 and p.cg % p.u == 0 and p.ks * p.cg == ng
-        assert all(p.sc(nt) >= p.u and p.cg % p.sc(nt) == 0 for nt in (1, 2, 4))
-        assert Q.plan(out, K, 4, 64) == p
+        for per in (False, True):
+            p = Q.plan(out, K, 4, 64, persist=per)
+            ng = K // 64
+            assert ng % p.cg == 0 and p.cg % p.u == 0 and p.ks * p.cg == ng and 1 <= p.depth <= p.cg // p.u
+            assert all(p.sc(nt) >= p.u and p.cg % p.sc(nt) == 0 for nt in (1, 2, 4))
+            assert Q.plan(out, K, 4, 64, persist=per) == p
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 32), (2, 128)])
+@pytest.mark.parametrize("ks,blocks,mt,depth", [(2, 4, 1, 2), (1, 1, 2, 1)])
+def test_persistent_form(bits, group, ks, blocks, mt, depth):
+    """The persistent form: warps walking several row tiles (the loads of the next tile issued during the last
+    iterations of the current one), several blocks a chunk, split-K summed by the warp completing a tile; 11 rows
+    (launches of 8 + 3); rows alone == together bit for bit; counters back at zero."""
+    out, K = 72, (512 if group == 128 else 256)
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((11, K)) * 3).astype(np.float32)
+    ng = K // group
+    cg = ng // ks
+    u = 2 if cg % 2 == 0 else 1
+    p = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=min(depth, cg // u), persist=True,
+                 blocks=blocks)
+    assert p.ks == ks
+    full = _go(P, S, B, x, p)
+    _check(full, *_ref(x, P, S, B, bits, group))
+    assert not Q.counters().any()
+    for r0, R in ((0, 1), (9, 1), (2, 5)):
+        y = _go(P, S, B, x[r0:r0 + R], p)
+        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"rows {r0}..{r0 + R - 1}"
