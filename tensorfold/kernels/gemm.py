@@ -1,12 +1,22 @@
 """Tensor-core prompt GEMM for MLX affine-quantized weights (bits 2, 4, 8; groups 32, 64, 128).
 
 Owns
-- ``launch_qgemm(W, S, B, x, y, bits, group, *, stream=0, rows=None)``: ``y[r, o] = sum_i x[r, i] * (s[o, g] *
-  q[o, i] + b[o, g])``, the same contract as ``affine.launch_qgemm`` (W uint32 ``[out, in*bits/32]`` MLX packing,
-  S / B ``[out, in/group]`` as bf16 bits (uint16), float16 or float32, x float32 ``[R, in]``, y float32
-  ``[R, out]``). Formats this kernel does not cover (bits 3/5/6, ``in`` not a multiple of 64, other groups) are
-  passed on to ``affine.launch_qgemm`` (fp32 FMA).
-- ``get_gemm_pyfunc`` / ``get_gemm_kernel``: the generated kernels (one per bits x group x scale dtype x geometry).
+- ``launch_qgemm(W, S, B, x, y, bits, group, *, stream=0, rows=None, geo=None, impl=None, ws=None)``:
+  ``y[r, o] = sum_i x[r, i] * (s[o, g] * q[o, i] + b[o, g])``, the same contract as ``affine.launch_qgemm`` (W uint32
+  ``[out, in*bits/32]`` MLX packing, S / B ``[out, in/group]`` as bf16 bits (uint16), float16 or float32, x float32
+  ``[R, in]``, y float32 ``[R, out]``). Two kernels: **v3** (default, ``IMPL`` / ``TENSORFOLD_GEMM``; 4 / 8 bits,
+  groups 64 / 128; described in the v3 section below) and **v1** (this docstring; every bits 2/4/8 x group
+  32/64/128 with ``in`` a multiple of 64; ``TENSORFOLD_GEMM=v1`` or ``impl="v1"`` uses it for all). Formats neither
+  covers (bits 3/5/6, other groups) go to ``affine.launch_qgemm`` (fp32 FMA). ``ws`` = ``workspace(rows, in)``: v3's
+  scratch (the runtime passes static buffers so that graph capture never allocates; without it a module cache that
+  only grows is used).
+- ``get_gemm_pyfunc`` / ``get_gemm_kernel`` (v1), ``get_gemm3_pyfunc`` / ``get_gemm3_kernel`` / ``get_xprep_kernel``
+  (v3): the generated kernels (one per bits x group x scale dtype x geometry).
+
+Measured (benchmarks/results/gemm_2026-11-30_c34fb3f.md, H200, 4-bit g64, 2B / 9B / 27B gate/up and down, 512 and
+4096 rows, graph replay): v3 91-135 TFLOP/s (both launches), v1 53-65, torch bf16 matmul 406-801. v3 is 1.4-2.3x
+v1 (down shapes least: the x pre-pass is 18-34 % of v3's time there). GPU accuracy of both: max error /
+(|x| @ |W|) 1.7e-7 .. 3.9e-7 (tolerance 1e-5).
 
 Reference mirrored: ``tensorfold.reference.ops.linear`` with ``affine_dequant``.
 
@@ -37,7 +47,7 @@ Exactness rule: a row's result does not depend on the other rows of the launch: 
 only on the same column of B (one x row), the K order and the per-group epilogue are fixed, rows past R read the
 last valid row and are not written.
 
-Measured on the H200 (benchmarks/results/gemm_2026-11-30_9150064.md, ``python benchmarks/bench_gemm.py``, graph
+v1 measured on the H200 (benchmarks/results/gemm_2026-11-30_9150064.md, ``python benchmarks/bench_gemm.py``, graph
 replay): 4-bit g64 at 9B / 27B gate/up and down shapes, 512 and 4096 rows: 52.6-64.2 TFLOP/s (old fp32-FMA
 ``affine.qgemm`` 11.4-14.4, torch bf16 matmul 621-790); 2/8 bits and groups 32/128: 52-58 TFLOP/s. The default
 geometry (166-177 registers, one block per SM) beat the smaller-tile / 128-register variants (36-40 TFLOP/s). GPU
@@ -717,7 +727,20 @@ def launch_qgemm(W, S, B, x, y, bits: int, group: int, *, stream=0, rows=None, g
 # (4 bits: nibbles S and S+4 of word 2t+slot) or ``16t + 8*slot + 4*(S>>1) + 2*(S&1) + h`` (8 bits: bytes
 # 2(S&1), 2(S&1)+1 of word 4t + 2*slot + (S>>1)). A k-step therefore mixes codes of the whole stage, so v3 needs a
 # group of at least 64 (one or two stages per group). ``SXT[gi, n]`` (float32) is the sum of x over row n's group gi:
-# 16-element partial sums in natural order, added in k order (the same order as v1).
+# 16-element partial sums in natural order, added in k order (the same order as v1). XF / SXT rows are padded to a
+# multiple of RPAD; rows past R repeat row R - 1 (never written back).
+#
+# tc3gemm (geometry NWO x NWR warps, each MT m16 x NT n8 tiles, NSTG stages): a block computes BO = NWO*MT*16
+# outputs x BR = NWR*NT*8 rows. Per stage of 64 codes its threads issue cp.async copies of the raw weight words
+# (BO rows x 32 / 64 bytes) and of the ready x fragments (BR/8 tiles x 2 KiB) into ring slot (st + NSTG-1) % NSTG,
+# after ``cp.async.wait_group NSTG-2`` + one barrier made stage st visible and freed that slot. Each warp then loads
+# its rows' words (8 / 16 bytes per row and lane), decodes the A fragments in registers (4 bits: ``lop3`` +
+# ``fma.bf16x2`` per pair), reads each B fragment with one 16-byte shared load and chains hi then lo mma's into the
+# group's ``d``; at the group's end ``acc = (acc + s * d) + b * sum_x`` (scales and sums loaded at the group's start).
+# Per output the mma chain and the epilogue are the same in every geometry (bit-identical, tested), and a row's
+# result never depends on the other rows (mma columns are independent; xprep and the epilogue are per row).
+# Measured geometries: benchmarks/results/gemm_2026-11-30_c34fb3f.md (12 or 16 warps per SM: 122-132 TFLOP/s at 9B
+# gate/up; 8 warps: 97-107).
 
 # NWO warps along out, NWR warps along rows, MT m16 tiles / warp, NT n8 tiles / warp, cp.async stages[, minimum
 # resident blocks per SM: launch bounds that cap registers (65536 / (threads * blocks)); absent or 0: none]
