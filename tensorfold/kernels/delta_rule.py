@@ -310,12 +310,13 @@ def _make_recurrent(general, fused=False):
     """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
     so both run the same float operations in the same order (the flags are compile-time constants).
 
-    ``fused=True`` adds the layer's neighbours (``launch_fused``): ``qkv`` is then the RAW in_proj_qkv output and
-    every thread computes the causal conv + SiLU of the channels it reads (q / k rows, v columns: the same fma
-    order as ``conv.conv_rows``, taps along the row's parent chain, then the stream's conv tail), logs the raw
-    rows into ``xlog`` (for ``compact.conv_commit``), and after its rows the last of a head's column-slice blocks
-    to finish (a per (segment, head) counter in ``ctr``, reset by that block) applies the gated RMSNorm of the
-    head's rows (``o`` re-read from L2, fixed-order block sum) into ``gn``. The unfused kernels get zero-size
+    ``fused=True`` adds the layer's neighbours (``launch_fused``): ``qkv`` is then the RAW in_proj_qkv output; per
+    row the block computes the causal conv + SiLU of the channels it reads once each into shared memory (the key
+    head's q and k channels, the slice's v columns: the same fma order as ``conv.conv_rows``, taps along the row's
+    parent chain, then the stream's conv tail; one more barrier a row), logs the raw rows into ``xlog`` (for
+    ``compact.conv_commit``), and after its rows the last of a head's column-slice blocks to arrive (a per
+    (segment, head) counter in ``ctr``, reset by that block) applies the gated RMSNorm of the head's rows (``o``
+    re-read from L2) into ``gn`` with the arithmetic of ``norms.gated_rms_norm_k``. The unfused kernels get zero-size
     stand-ins for the extra arguments (those branches are compiled out)."""
     GEN = general
     FUSED = fused
@@ -335,7 +336,6 @@ def _make_recurrent(general, fused=False):
             cq = cuda.shared.array(MAXDK, float32)
             ck = cuda.shared.array(MAXDK, float32)
             cvs = cuda.shared.array(SVS, float32)
-            red = cuda.shared.array((2, SNW), float32)
             flag = cuda.shared.array(1, int32)
         if GEN:
             khist = cuda.shared.array((MAXR, MAXDK), float32)
@@ -589,43 +589,44 @@ def _make_recurrent(general, fused=False):
                     o3 = o0
                 _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
             cur = r
+        if FUSED:
+            # arrival of this column slice: every thread's o stores fenced, one atomic per block -- before the
+            # state write-back, so the fence does not wait for those stores
+            cuda.threadfence()
+            cuda.syncthreads()
+            if tid == 0:
+                flag[0] = cuda.atomic.add(ctr, (seg, hv), 1)
         if seg_commit[seg] != 0 and ok and not bad:
             for t in range(SKP):
                 i = rg + SRG * t
                 if i < Dk:
                     _st4(state, slot, hv, i, c0, S[t * CPT], S[t * CPT + 1], S[t * CPT + 2], S[t * CPT + 3])
         if FUSED:
-            # gated RMSNorm of the head's rows by the last column slice to finish (its o stores and everyone
-            # else's are visible after their fences); the others are done
-            cuda.threadfence()
-            cuda.syncthreads()
-            if tid == 0:
-                flag[0] = cuda.atomic.add(ctr, (seg, hv), 1)
+            # the last slice of the head to arrive applies the gated RMSNorm to the head's rows (o re-read from L2),
+            # one warp a row, with the arithmetic of ``norms.gated_rms_norm_k`` (lane-strided columns, the same
+            # butterfly, the same products), so gn equals the three-launch path bit for bit
             cuda.syncthreads()
             if flag[0] == nsl - 1:
                 if tid == 0:
                     ctr[seg, hv] = 0
-                par = 0
-                for r in range(row0, row0 + n):
-                    v = float32(0.0)
-                    if tid < Dv:
-                        v = _ldcg3(o, r, hv, tid)
-                    ssum = warp_sum(v * v)
-                    if lane == 0:
-                        red[par, warp] = ssum
-                    cuda.syncthreads()
-                    tot = red[par, 0]
-                    for w in range(1, SNW):
-                        tot += red[par, w]
-                    par = 1 - par
-                    inv = float32(1.0) / float32(math.sqrt(tot / float32(Dv) + eps))
-                    if tid < Dv:
-                        zz = z[r, hv * Dv + tid]
-                        if act == 0:
-                            gt = zz * _sigm(zz)
-                        else:
-                            gt = _sigm(zz)
-                        gn[r, hv * Dv + tid] = v * inv * nw[tid] * gt
+                for rb in range(row0, row0 + n, SNW):
+                    r = rb + warp
+                    valid = r < row0 + n
+                    ss = float32(0.0)
+                    if valid:
+                        for c in range(lane, Dv, 32):
+                            v = _ldcg3(o, r, hv, c)
+                            ss += v * v
+                    tot = warp_sum(ss)
+                    if valid:
+                        inv = float32(1.0) / float32(math.sqrt(tot / float32(Dv) + eps))
+                        for c in range(lane, Dv, 32):
+                            zz = z[r, hv * Dv + c]
+                            if act == 0:
+                                gt = zz * _sigm(zz)
+                            else:
+                                gt = _sigm(zz)
+                            gn[r, hv * Dv + c] = _ldcg3(o, r, hv, c) * inv * nw[c] * gt
 
     return kern
 
@@ -1071,10 +1072,21 @@ def _no_fuse():
     return _NO_FUSE[0]
 
 
-def fused_on() -> bool:
-    """Whether the runtime's step / verify path uses :func:`launch_fused` (``TENSORFOLD_GDN_FUSED``, read at each
-    launch; default off until measured on the H200)."""
-    return os.environ.get("TENSORFOLD_GDN_FUSED", "0") == "1"
+FUSED_AUTO_ROWS = 2  # TENSORFOLD_GDN_FUSED=auto: the fused kernel for launches of at most this many rows
+
+
+def fused_on(rows: int = 1) -> bool:
+    """Whether the runtime's step / verify launch of ``rows`` rows uses :func:`launch_fused`
+    (``TENSORFOLD_GDN_FUSED``, read at each launch): "1" always, "auto" for at most FUSED_AUTO_ROWS rows, else
+    (default "0") never. The choice may depend on the row count because both paths give the same bits.
+
+    Measured on the H200 at 4ae7b79 (benchmarks/results/fuse_2026-11-30_4ae7b79.md, 2B, graphs): always-fused
+    decode 530.9 -> 564.5 tok/s at 1 stream, 3,586.9 -> 3,438.2 at 8 (its kernel, 9.1 us a layer at one row,
+    replaces 11.9 us of three; at 8 rows its 1,024 blocks each redo the key head's conv). The default stays "0":
+    the kernel changed after that run (norm epilogue made bit-identical to ``norms.gated_rms_norm_k``, the fence
+    moved before the state write-back) and "auto" is not measured yet."""
+    v = os.environ.get("TENSORFOLD_GDN_FUSED", "0")
+    return v == "1" or (v == "auto" and rows <= FUSED_AUTO_ROWS)
 
 
 def fused_ok(Dk, Dv, K) -> bool:

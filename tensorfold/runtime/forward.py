@@ -623,7 +623,7 @@ class Runner:
         seg = (m.view("seg_row0", S), m.view("seg_len", S), m.view("seg_slot", S))
         tail = cc.conv[li]
         xlog = B.xlog1[:R] if prompt else B.xlog[li]
-        if not prompt and self.gdn_fuse_ok and delta_rule.fused_on():
+        if not prompt and self.gdn_fuse_ok and delta_rule.fused_on(R):
             # conv + gates + delta rule + gated RMSNorm in one launch (same logs / xlog as the three launches)
             logs = (B.log_k[li], B.log_d[li], B.log_a[li]) if mode == "verify" else (B.no_k, B.no_d, B.no_a)
             delta_rule.launch_fused(qkv, self.arena.vec(pre + "conv1d"), tail, xlog, z, self.arena.vec(pre + "norm"),
