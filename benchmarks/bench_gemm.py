@@ -3,7 +3,8 @@
 Run on the GPU machine: ``NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_gemm.py [--out DIR] [--wait F1,F2]``
 
 - Shapes: 2B, 9B and 27B gate/up (``I x H``) and down (``H x I``), 4-bit group 64, 512 and 4096 rows: v3 at its
-  default geometry (both launches: ``xprep`` + ``tc3gemm``), ``xprep`` alone, v1 at its default geometry, torch.
+  default geometry (both launches: pre-pass + ``tc3gemm``; ``TENSORFOLD_XPREP`` picks the pre-pass), each pre-pass
+  alone (``xprep``, ``xprep2``), v1 at its default geometry, torch.
 - v3 geometries (``VARIANT_GEOS``) at the 9B gate/up shape; their outputs must equal the default geometry's bit for
   bit (checked here: the tiling and ring depth decide who computes an output and when its data arrives, never how).
 - Other formats at the 9B gate/up shape with 512 rows (v3: 8 bits, group 128; v1: 2 bits, group 32).
@@ -121,9 +122,10 @@ def main():
                     10, fl)
                 Rp = -(-R // G.RPAD) * G.RPAD
                 XF, SXT = G._scratch(None, Rp, inp, inp // 64)
-                add(dict(base, kernel="v3 xprep alone"),
-                    lambda s, x=x, XF=XF, SXT=SXT, R=R, Rp=Rp, inp=inp: G.get_xprep_kernel(4)[
-                        (-(-Rp // G.XPREP_TPB), inp // 64), G.XPREP_TPB, s](x, XF, SXT, np.int32(R)), 10, fl)
+                for ver in ("1", "2"):
+                    add(dict(base, kernel=f"v3 xprep{'' if ver == '1' else '2'} alone"),
+                        lambda s, x=x, XF=XF, SXT=SXT, R=R, ver=ver: G.launch_xprep(x, XF, SXT, R, 4, s, ver),
+                        10, fl)
                 add(dict(base, kernel=f"v1 {'x'.join(map(str, G.GEO))}"),
                     lambda s, P=P, S=S, B=B, x=x, y1=y1: G.launch_qgemm(P, S, B, x, y1, 4, 64, stream=s, impl="v1"),
                     10, fl)

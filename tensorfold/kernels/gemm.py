@@ -268,6 +268,30 @@ if not IS_SIM:
 
         return sig, codegen
 
+    @intrinsic
+    def stg_u32x4(typingctx, arr, i, a, b, c, d):
+        """``arr[i:i+4] = (a, b, c, d)`` on a 1-d uint32 global array (i a multiple of 4, 16-byte aligned) in one
+        16-byte store."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.uint32):
+            return None
+        for v in (i, a, b, c, d):
+            if not isinstance(v, types.Integer):
+                return None
+        sig = types.void(arr, i, a, b, c, d)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            idx = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [idx], wraparound=False)
+            vec = ir.Constant(_V4, ir.Undefined)
+            for k in range(4):
+                v = context.cast(builder, args[2 + k], sig.args[2 + k], types.uint32)
+                vec = builder.insert_element(vec, v, ir.Constant(_I32, k))
+            builder.store(vec, builder.bitcast(ptr, ir.PointerType(_V4)), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
     def _ld2(typingctx, arr, r, i):
         return _ld_typer(2)(typingctx, arr, r, i)
 
@@ -317,6 +341,13 @@ else:
     @cuda.jit(device=True)
     def ldg_f32x2_2d(arr, r, i):
         return (arr[r, i], arr[r, i + 1])
+
+    @cuda.jit(device=True)
+    def stg_u32x4(arr, i, a, b, c, d):
+        arr[i] = a
+        arr[i + 1] = b
+        arr[i + 2] = c
+        arr[i + 3] = d
 
     @cuda.jit(device=True)
     def ld2(arr, r, i):
@@ -636,6 +667,7 @@ def _build(name: str, src: str):
         "sts_u32x4": sts_u32x4,
         "lds_u32x2": lds_u32x2,
         "ld2": ld2,
+        "stg_u32x4": stg_u32x4,
         "ldg_f32x2_2d": ldg_f32x2_2d,
         "and_or": and_or,
         "cp_async16": cp_async16,
@@ -749,6 +781,8 @@ GEO3 = (4, 1, 2, 4, 3)  # 128 threads, 128 outputs x 32 rows, 3 stages: 160-170 
 _BITS3 = (4, 8)
 _GROUPS3 = (64, 128)
 XPREP_TPB = 64
+XPREP2_TPB = 128  # 4 warps: 4 row tiles of 8 rows
+XPREP = os.environ.get("TENSORFOLD_XPREP", "1").strip() or "1"  # pre-pass kernel of v3 (see launch_xprep)
 RPAD = 64  # XF / SXT rows are padded to a multiple of this (every row tile BR divides it: no clamps in the kernel)
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
 
@@ -814,6 +848,60 @@ def _gen_xprep(name: str, bits: int) -> str:
         a(f"            XF[base + {S * 128 + 1}] = h1_{S}")
         a(f"            XF[base + {S * 128 + 2}] = l0_{S}")
         a(f"            XF[base + {S * 128 + 3}] = l1_{S}")
+    a("        SXT[gi, n] = s")
+    return "\n".join(L) + "\n"
+
+
+def _gen_xprep2(name: str, bits: int) -> str:
+    """xprep with one warp per (8-row tile, group): lane (g, t) reads 64 contiguous bytes of row 8*nt + g per stage
+    and writes its own fragment words, so a warp's four 16-byte stores per k-step cover 512 contiguous bytes (xprep:
+    one thread per (row, group), 16-byte pieces 64 bytes apart). Group sums in the same order as xprep (partials of
+    16 in natural order added in k order: the lanes' partials go through shared memory). Same output bits."""
+    L = []
+    a = L.append
+    a(f"def {name}(x, XF, SXT, R):")
+    a("    tid = cuda.threadIdx.x")
+    a("    lane = tid & 31")
+    a("    t = lane & 3")
+    a(f"    nt = cuda.blockIdx.x * {XPREP2_TPB // 32} + (tid >> 5)")
+    a("    gi = cuda.blockIdx.y")
+    a("    Rp = SXT.shape[1]")
+    a("    KS = x.shape[1] // 16")
+    a("    grp = x.shape[1] // SXT.shape[0]")
+    a("    ok = nt * 8 < Rp")
+    a("    n = nt * 8 + (lane >> 2)")
+    a("    xr = min(n, R - 1)")
+    a(f"    ps = cuda.shared.array({XPREP2_TPB}, np.float32)")
+    a("    s = np.float32(0.0)")
+    a("    for st in range(grp // 64):")
+    a("        p = np.float32(0.0)")
+    a("        if ok:")
+    a("            kb = gi * grp + st * 64 + t * 16")
+    a("            v0 = ldg_f32x4_2d(x, xr, kb)")
+    a("            v1 = ldg_f32x4_2d(x, xr, kb + 4)")
+    a("            v2 = ldg_f32x4_2d(x, xr, kb + 8)")
+    a("            v3 = ldg_f32x4_2d(x, xr, kb + 12)")
+
+    def xe(c):
+        return f"v{c // 4}[{c % 4}]"
+
+    a("            p = (" + " + ".join(xe(c) for c in range(16)) + ")")
+    a("            base = ((nt * KS + (kb >> 6) * 4) * 32 + lane) * 4")
+    for S in range(4):
+        c00, c01 = _pair_codes3(bits, S, 0)
+        c10, c11 = _pair_codes3(bits, S, 1)
+        a(f"            h0_{S}, l0_{S} = split_bf16x2({xe(c00)}, {xe(c01)})")
+        a(f"            h1_{S}, l1_{S} = split_bf16x2({xe(c10)}, {xe(c11)})")
+        a(f"            stg_u32x4(XF, base + {S * 128}, h0_{S}, h1_{S}, l0_{S}, l1_{S})")
+    a("        ps[tid] = p")
+    a("        cuda.syncthreads()")
+    a("        if ok and t == 0:")
+    a("            s = s + ps[tid]")
+    a("            s = s + ps[tid + 1]")
+    a("            s = s + ps[tid + 2]")
+    a("            s = s + ps[tid + 3]")
+    a("        cuda.syncthreads()")
+    a("    if ok and t == 0:")
     a("        SXT[gi, n] = s")
     return "\n".join(L) + "\n"
 
@@ -986,6 +1074,31 @@ def get_xprep_kernel(bits: int):
     return _KCACHE[key]
 
 
+def get_xprep2_pyfunc(bits: int):
+    key = ("xp2", bits)
+    if key not in _KCACHE:
+        name = f"xprep2_b{bits}"
+        _KCACHE[key] = _build(name, _gen_xprep2(name, bits))
+    return _KCACHE[key]
+
+
+def get_xprep2_kernel(bits: int):
+    key = ("xp2k", bits)
+    if key not in _KCACHE:
+        _KCACHE[key] = cuda.jit(get_xprep2_pyfunc(bits))
+    return _KCACHE[key]
+
+
+def launch_xprep(x, XF, SXT, R: int, bits: int, stream=0, version=None):
+    """The v3 pre-pass: XF / SXT (flat / ``[in/group, Rp]``) from x rows 0..R-1. ``version`` (default ``XPREP``, from
+    ``TENSORFOLD_XPREP``): "1" = xprep (measured), "2" = xprep2 (coalesced; same bits, not yet measured)."""
+    Rp, ng = SXT.shape[1], SXT.shape[0]
+    if (version or XPREP) == "2":
+        get_xprep2_kernel(bits)[(-(-Rp // (XPREP2_TPB // 4)), ng), XPREP2_TPB, stream](x, XF, SXT, np.int32(R))
+    else:
+        get_xprep_kernel(bits)[(-(-Rp // XPREP_TPB), ng), XPREP_TPB, stream](x, XF, SXT, np.int32(R))
+
+
 def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3):
     key = ("py3", bits, group, sk, tuple(geo))
     if key not in _KCACHE:
@@ -1053,7 +1166,7 @@ def _launch3(W, S, B, x, y, bits, group, R, stream, geo, ws):
     Rp = -(-R // RPAD) * RPAD
     ng = inp // group
     XF, SXT = _scratch(ws, Rp, inp, ng)
-    get_xprep_kernel(bits)[(-(-Rp // XPREP_TPB), ng), XPREP_TPB, stream](x, XF, SXT, np.int32(R))
+    launch_xprep(x, XF, SXT, R, bits, stream)
     k = get_gemm3_kernel(bits, group, affine._scale_kind(S), geo)
     bo, br = tile3(geo)
     k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](W, S, B, XF, SXT, y, np.int32(R))
@@ -1091,9 +1204,9 @@ def _specs():
                 specs.append((f, _G3.format(s=sty)))
                 hot.add(f.__name__)
     for bits in _BITS3:
-        f = get_xprep_pyfunc(bits)
-        specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))
-        hot.add(f.__name__)
+        for f in (get_xprep_pyfunc(bits), get_xprep2_pyfunc(bits)):
+            specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))
+            hot.add(f.__name__)
     return specs, hot
 
 

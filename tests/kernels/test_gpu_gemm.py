@@ -147,8 +147,8 @@ def test_v3_geometries_bit_identical(bits, group):
 
 
 def test_xprep_layout_real_shape():
-    """xprep on the GPU against the layout rebuilt in numpy (27B down: K = 17408, 100 rows; bf16 splits bit-exact,
-    group sums within 1e-6 * sum |x|)."""
+    """xprep and xprep2 on the GPU against the layout rebuilt in numpy (K = 5120, 100 rows; bf16 splits bit-exact,
+    group sums within 1e-6 * sum |x| and equal between the two kernels)."""
     cuda = _cuda()
     import os
     import sys
@@ -162,11 +162,14 @@ def test_xprep_layout_real_shape():
     for bits in (4, 8):
         x = rng.standard_normal((R, K)).astype(np.float32)
         Rp = -(-R // G.RPAD) * G.RPAD
-        XF = cuda.device_array(Rp * K, np.uint32)
-        SXT = cuda.device_array((K // group, Rp), np.float32)
-        G.get_xprep_kernel(bits)[(-(-Rp // G.XPREP_TPB), K // group), G.XPREP_TPB](cuda.to_device(x), XF, SXT,
-                                                                                  np.int32(R))
-        cuda.synchronize()
         eXF, esx, eabs = _expected_prep(np.concatenate([x, np.repeat(x[-1:], Rp - R, 0)]), bits, group)
-        assert np.array_equal(XF.copy_to_host(), eXF)
-        assert (np.abs(SXT.copy_to_host() - esx) <= 1e-6 * eabs).all()
+        sums = []
+        for version in ("1", "2"):  # xprep and xprep2
+            XF = cuda.device_array(Rp * K, np.uint32)
+            SXT = cuda.device_array((K // group, Rp), np.float32)
+            G.launch_xprep(cuda.to_device(x), XF, SXT, R, bits, version=version)
+            cuda.synchronize()
+            assert np.array_equal(XF.copy_to_host(), eXF), f"xprep{version} {bits}-bit"
+            sums.append(SXT.copy_to_host())
+            assert (np.abs(sums[-1] - esx) <= 1e-6 * eabs).all(), f"xprep{version} {bits}-bit sums"
+        assert np.array_equal(sums[0].view(np.uint32), sums[1].view(np.uint32))

@@ -71,19 +71,36 @@ def _expected_prep(x, bits, group):
     return XF.reshape(-1), xg.sum(-1).T, np.abs(xg).sum(-1).T
 
 
+@pytest.mark.parametrize("version", ["1", "2"])
 @pytest.mark.parametrize("bits,group", [(4, 64), (8, 128)])
-def test_xprep_layout(bits, group):
+def test_xprep_layout(bits, group, version):
+    """Both pre-pass kernels (xprep, xprep2) write the specified layout; their group sums are bit-identical."""
     R, K = 11, 256
     x = rng.standard_normal((R, K)).astype(np.float32)
     Rp = 16
     XF = np.zeros(Rp * K, np.uint32)
     SXT = np.full((K // group, Rp), np.nan, np.float32)
-    k = G.get_xprep_kernel(bits)
-    k[(1, K // group), G.XPREP_TPB](x, XF, SXT, np.int32(R))
+    G.launch_xprep(x, XF, SXT, R, bits, version=version)
     eXF, esx, eabs = _expected_prep(x, bits, group)
     assert np.array_equal(XF, eXF)
     assert not np.isnan(SXT).any()
     assert (np.abs(SXT - esx) <= 1e-6 * eabs).all()
+    other = np.full_like(SXT, np.nan)
+    G.launch_xprep(x, np.zeros_like(XF), other, R, bits, version="2" if version == "1" else "1")
+    assert np.array_equal(other.view(np.uint32), SXT.view(np.uint32))
+
+
+def test_xprep2_gemm_bit_identical(monkeypatch):
+    """The GEMM gives the same bits with either pre-pass (TENSORFOLD_XPREP=2 selects xprep2)."""
+    out, K, R, bits, group = 16, 128, 10, 4, 64
+    P, S, B = _rand_q(out, K, bits, group)
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    a = _run(P, S, B, x, bits, group)
+    monkeypatch.setattr(G, "XPREP", "2")
+    b = _run(P, S, B, x, bits, group)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(b, ref, bound)
 
 
 def test_pair_codes_cover_stage_once():
