@@ -602,39 +602,39 @@ def _gen_persistent(name: str, bits: int, group: int, nt: int, nw: int, mt: int,
     I = "    "
     a(f"{I}kb = G0 * {group}")
     nitems = cg * spg * 4 * nt * 4
-    a(f"{I}for it0 in range(0, {nitems}, {nw * 32}):")
-    J = I + "    "
-    a(f"{J}item = it0 + tid")
-    a(f"{J}if item < {nitems}:")
-    K = J + "    "
-    a(f"{K}r = item % {4 * nt}")
-    a(f"{K}rest = item // {4 * nt}")
-    a(f"{K}tt = rest % 4")
-    a(f"{K}gs = rest // 4")
-    a(f"{K}gl = gs // {spg}")
-    a(f"{K}st = gs % {spg}")
-    a(f"{K}base = kb + gl * {group} + tt * {cl}")
-    a(f"{K}rr = min(r, R - 1)")
-    a(f"{K}live = np.float32(1.0) if r < R else np.float32(0.0)")
-    for s_, (_, prs, _) in enumerate(steps):
-        kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
-        (l0, h0), (l1, h1) = prs
-        a(f"{K}{kw} st == {s_}:" if kw != "else" else f"{K}else:")
-        a(f"{K}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
-    a(f"{K}v0 = x[rr, base + c0] * live")
-    a(f"{K}v1 = x[rr, base + c1] * live")
-    a(f"{K}v2 = x[rr, base + c2] * live")
-    a(f"{K}v3 = x[rr, base + c3] * live")
-    a(f"{K}h0, l0 = _split_pair(v0, v1)")
-    a(f"{K}h1, l1 = _split_pair(v2, v3)")
-    a(f"{K}n = r // 4")
-    a(f"{K}rl = r % 4")
-    a(f"{K}slot = (gs * {nt} + n) * 32 + tt")
-    a(f"{K}xb[slot + 8 * rl] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
-    a(f"{K}xb[slot + 8 * rl + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
-    a(f"{K}ps = ((_bf_lo(h0) + _bf_lo(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
-      f"((_bf_lo(h1) + _bf_lo(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
-    a(f"{K}xp[(gl * {4 * nt} + r) * {4 * spg} + tt * {spg} + st] = ps")
+    ipt = -(-nitems // (nw * 32))  # items per thread
+    PB = min(ipt, 8 if nt == 1 else 4)  # a batch's x loads are all issued before any is used (a runtime loop over batches bounds
+    nb = -(-ipt // PB)  # the registers this takes)
+    a(f"{I}for kbat in range({nb}):")
+    I2 = I + "    "
+    for k in range(PB):
+        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {nw * 32}, {nitems - 1})")
+        a(f"{I2}r{k} = it{k} % {4 * nt}")
+        a(f"{I2}rest = it{k} // {4 * nt}")
+        a(f"{I2}tt{k} = rest % 4")
+        a(f"{I2}gs{k} = rest // 4")
+        a(f"{I2}st{k} = gs{k} % {spg}")
+        a(f"{I2}base = kb + (gs{k} // {spg}) * {group} + tt{k} * {cl}")
+        a(f"{I2}rr = min(r{k}, R - 1)")
+        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
+        for s_, (_, prs, _) in enumerate(steps):
+            kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
+            (l0, h0), (l1, h1) = prs
+            a(f"{I2}{kw} st{k} == {s_}:" if kw != "else" else f"{I2}else:")
+            a(f"{I2}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
+        for e in range(4):
+            a(f"{I2}v{k}_{e} = x[rr, base + c{e}]")
+    for k in range(PB):
+        a(f"{I2}if tid + (kbat * {PB} + {k}) * {nw * 32} < {nitems}:")
+        K = I2 + "    "
+        a(f"{K}h0, l0 = _split_pair(v{k}_0 * live{k}, v{k}_1 * live{k})")
+        a(f"{K}h1, l1 = _split_pair(v{k}_2 * live{k}, v{k}_3 * live{k})")
+        a(f"{K}slot = (gs{k} * {nt} + r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
+        a(f"{K}xb[slot] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+        a(f"{K}xb[slot + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
+        a(f"{K}ps = ((_bf_lo(h0) + _bf_lo(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
+          f"((_bf_lo(h1) + _bf_lo(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
+        a(f"{K}xp[((gs{k} // {spg}) * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg} + st{k}] = ps")
     a(f"{I}cuda.syncthreads()")
     a(f"{I}for e0 in range(0, {cg * nt * 4}, {nw * 32}):")
     a(f"{I}    e = e0 + tid")
