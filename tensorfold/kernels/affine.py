@@ -1061,16 +1061,27 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
 
 
-def _v3_enabled() -> bool:
-    """``TENSORFOLD_GEMV_V3=0`` keeps the first tensor-core kernel for the formats ``qgemv`` covers."""
-    return os.environ.get("TENSORFOLD_GEMV_V3", "0") != "0"
+def _v3_enabled(out: int, inp: int) -> bool:
+    """Whether ``qgemv``'s persistent kernel takes this weight shape. ``TENSORFOLD_GEMV_V3``: ``auto`` (default)
+    for weights of at least ``V3_MIN_CODES`` codes, ``1`` for every shape it supports, ``0`` never. A function of
+    the shape only (never of the row count): measured on the H200 at 12da6be (benchmarks/results/
+    gemv3_2026-11-30_12da6be.md), 1 row / 8 rows, 4-bit g64: 9B gate/up 29.2 / 50.5 us against 43.3 / 53.1, 27B
+    down 30.7 / 61.2 against 45.5 / 52.7, 2B head 105 / 171 against 169 / 195; the 2B gate/up (12288 x 2048) 12.3
+    / 21.4 against 12.4 / 13.5, so smaller weights keep the first kernel."""
+    v = os.environ.get("TENSORFOLD_GEMV_V3", "auto")
+    if v == "0":
+        return False
+    return v == "1" or out * inp >= V3_MIN_CODES
+
+
+V3_MIN_CODES = 1 << 26
 
 
 def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256):
     """Geometry from the weight shape only (never from the row count: see the exactness rule). Formats of
     ``qgemv.FORMATS`` get ``qgemv``'s kernel (a ``qgemv.V3Plan``) when enabled; other bits 2 (groups 64, 128), 4
     and 8 the first tensor-core kernel unless ``TENSORFOLD_GEMV_TC=0``; the rest the CUDA-core kernel."""
-    if bits != 16 and _tc_enabled() and _v3_enabled() and _qgemv3.supported(bits, group, inp):
+    if bits != 16 and _tc_enabled() and _v3_enabled(out, inp) and _qgemv3.supported(bits, group, inp):
         return _qgemv3.plan(out, inp, bits, group)
     if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):
         return plan_tc(out, inp, bits, group)
