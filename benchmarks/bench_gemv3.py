@@ -4,9 +4,9 @@ tensor-core kernel (``affine``'s shape default) at real 2B / 9B / 27B shapes, 4-
 Each case is timed inside a captured CUDA graph (``bench_kernels.time_case``), weights rotated over >= 256 MB so L2
 serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share of the measured copy bandwidth.
 
-    python3 benchmarks/bench_gemv3.py --configs "4,2,2,2,1056;4,2,4,1,528" --rows 1,8 --out DIR
+    python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,persist]`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
+A config is ``nw,mt,u,depth,blocks`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ SHAPES = [("2B", "gate/up", 12288, 2048), ("2B", "down", 2048, 6144), ("9B", "ga
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--configs", default="4,2,2,2,1056")
+    ap.add_argument("--configs", default="4,1,4,1,396")
     ap.add_argument("--rows", default="1,8")
     ap.add_argument("--shapes", default="", help="comma list of indices into SHAPES (default all)")
     ap.add_argument("--no-old", action="store_true")
@@ -67,10 +67,8 @@ def main(argv=None):
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                per = bool(c[5]) if len(c) > 5 else False
-                plans.append((f"v3{'p' if per else ''} {nw},{mt},{u},{depth},{blocks}",
-                              Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
-                                     persist=per)))
+                plans.append((f"v3p {nw},{mt},{u},{depth},{blocks}",
+                              Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 

@@ -57,7 +57,7 @@ if has gemv3; then
         tests/kernels/test_gpu_qgemv.py >"$OUT/gemv3_gpu_tests.txt" 2>&1
     echo "pytest exit code $?" >>"$OUT/gemv3_gpu_tests.txt"
     tail -15 "$OUT/gemv3_gpu_tests.txt" | tee -a "$LOG"
-    timeout "${T_GEMV3_BENCH:-220}" $PY benchmarks/bench_gemv3.py --configs "${GEMV3_CONFIGS:-4,2,2,2,1056}" \
+    timeout "${T_GEMV3_BENCH:-220}" $PY benchmarks/bench_gemv3.py --configs "${GEMV3_CONFIGS:-4,1,4,1,396}" \
         --rows "${GEMV3_ROWS:-1,8}" --shapes "${GEMV3_SHAPES:-}" --out "$OUT" 2>&1 | tee "$OUT/gemv3_bench.txt" \
         | tee -a "$LOG"
 fi

@@ -1,8 +1,8 @@
 """GPU tier for ``tensorfold.kernels.qgemv`` (the bandwidth-oriented tensor-core decode GEMV), run on the device:
 ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_qgemv.py``.
 
-Real 2B / 9B / 27B shapes at 4-bit g64 with the default geometry (and the geometries the benchmark compares), 1 to
-16 rows (all three n-tile kernels), every other format at 4096 x 4096. MLX-packed random codes with random bf16
+Real 9B gate+up and 27B down shapes at 4-bit g64 with the default geometry, 1 to 16 rows (both n-tile kernels; 9-16
+rows as two launches), every other format at 4096 x 4096 (3 rows). MLX-packed random codes with random bf16
 scales / biases. Oracle: float64 numpy on the dequantized weights (``test_gpu_gemv._ref``). Tolerance: |y - ref| <=
 3e-5 * (|x| @ |W|) elementwise, the first tensor-core kernel's bound (x enters as bf16 hi + lo, fp32 accumulation of
 ``128 + q`` codes). Outputs poisoned with NaN. Row independence: rows launched alone or in smaller launches equal
@@ -43,7 +43,7 @@ def test_real_shapes_rows_1_to_16(label, out, inp):
     x = rng.standard_normal((16, inp)).astype(np.float32)
     ref, bound = _ref(x, P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
-    for cfg in (dict(persist=True),):
+    for cfg in ({},):
         p = Q.plan(out, inp, bits, group, **cfg)
         full = _run(cuda, dev, x, p, bits, group)
         _check(full, ref, bound)

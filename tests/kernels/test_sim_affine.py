@@ -157,7 +157,8 @@ def _q(out, K, bits, group, **kw):
     return quant.quantize(w, bits, group, **kw)
 
 
-def test_tc_supported_formats_and_plan():
+def test_tc_supported_formats_and_plan(monkeypatch):
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "0")  # the first tensor-core kernel's plans (qgemv has its own tests)
     assert [(b, g) for b in (2, 3, 4, 5, 6, 8) for g in (32, 64, 128) if A._tc_supported(b, g, 4096)] == TC_FORMATS
     for out, K in ((12288, 4096), (4096, 12288), (2048, 12288), (248320, 2048), (5120, 17408)):
         p = A.plan_qgemv(out, K, 4, 64)
@@ -256,6 +257,7 @@ def test_tc_variant_plans_and_env(monkeypatch):
         assert A.plan_tc(12288, 4096, bits, group, variant="w16d2").tpb <= 256
     monkeypatch.delenv("TENSORFOLD_GEMV_PIPE", raising=False)
     monkeypatch.delenv("TENSORFOLD_GEMV_VARIANT", raising=False)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "0")  # the first kernel's rule (qgemv takes these shapes by default)
     assert A.plan_qgemv(12288, 4096, 4, 64).variant == "pipe"  # the shape rule: small weights -> pipe
     assert A.plan_qgemv(17408, 5120, 4, 64).variant == "sk"  # >= 2^26 codes -> split-K variant
     assert A.plan_qgemv(248320, 2048, 4, 64).variant == "sk"

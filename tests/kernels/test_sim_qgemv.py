@@ -4,10 +4,10 @@ Every format it covers (4-bit g32/g64/g128, 8-bit g32/g64, 2-bit g64/g128) again
 ``ops.affine_dequant`` weights, on fresh random weights and x (x scaled by 3). Tolerance: |y - ref| <= 1e-5 *
 (|x| @ |W|) elementwise (x enters the tensor cores as bf16 hi + lo, about 2^-17 relative per element, and the codes as
 ``128 + q``; the group sums of x are taken over the same hi + lo values, so the offset cancels). Outputs and the
-split-K workspace are poisoned with NaN. Exactness: rows launched alone or in smaller launches (other n-tile
-counts) equal the same rows of a bigger launch bit for bit; split-K (several chunks, the last block sums them) and
-x prepared in several sub-chunks give every row the same bits as one chunk's worth of arithmetic demands (checked
-against the reference), and the arrival counters end at zero.
+split-K workspace are poisoned with NaN. Geometries: warps walking several row tiles (the next tile's loads issued
+during the current one), several blocks sharing a chunk, one chunk (y written directly) and several (the warp that
+completes a tile sums the chunks), 1-11 rows (one or two n-tiles, launches of 8 + 3). Exactness: rows launched
+alone or in smaller launches equal the same rows of a bigger launch bit for bit; the arrival counters end at zero.
 """
 
 import numpy as np
@@ -45,65 +45,54 @@ def _check(y, ref, bound, tol=1e-5):
     assert (err <= tol * bound).all(), f"max err/bound {(err / bound).max():.2e}"
 
 
-@pytest.mark.parametrize("bits,group", Q.FORMATS)
-def test_formats_splitk_rows_exact(bits, group):
-    out, K = 40, (512 if group == 128 else 256)  # two row blocks of 32, the second partial
+def _run_case(bits, group, ks, blocks, mt, depth, rows=11):
+    out, K = 72, (512 if group == 128 else 256)  # several row tiles a warp, the last one partial
     P, S, B = _case(bits, group, out, K)
-    x = (rng.standard_normal((6, K)) * 3).astype(np.float32)
+    x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
     ng = K // group
-    p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=ng // 2, u=2 if (ng // 2) % 2 == 0 else 1, depth=2)
-    assert p.ks == 2
+    cg = ng // ks
+    u = 2 if cg % 2 == 0 else 1
+    p = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=min(depth, cg // u), blocks=blocks)
+    assert p.ks == ks
     full = _go(P, S, B, x, p)
     _check(full, *_ref(x, P, S, B, bits, group))
     assert not Q.counters().any()
-    for r0, R in ((0, 1), (4, 1), (1, 4)):
+    for r0, R in ((0, 1), (rows - 2, 1), (2, 5)):
         y = _go(P, S, B, x[r0:r0 + R], p)
         assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"rows {r0}..{r0 + R - 1}"
 
 
-def test_sixteen_rows_subchunks_and_one_chunk(monkeypatch):
-    """16 rows (four n-tiles, x prepared two groups at a time: several sub-chunks a block), one chunk (ks = 1)."""
-    bits, group, out, K = 4, 64, 32, 256
-    P, S, B = _case(bits, group, out, K)
-    x = rng.standard_normal((16, K)).astype(np.float32)
-    monkeypatch.setattr(Q, "_XB_BYTES", 2 * 4 * 4 * 32 * 8)  # two groups of 4 n-tiles
-    p = Q.V3Plan(out, K, bits, group, nw=1, mt=2, cg=4, u=1, depth=1)
-    assert p.ks == 1 and p.sc(4) == 2 and p.sc(1) == 4
-    full = _go(P, S, B, x, p)
-    _check(full, *_ref(x, P, S, B, bits, group))
-    y = _go(P, S, B, x[9:10], p)
-    assert np.array_equal(y.view(np.uint32), full[9:10].view(np.uint32))
+@pytest.mark.parametrize("bits,group", Q.FORMATS)
+def test_formats_splitk_rows_exact(bits, group):
+    """Two chunks summed in the kernel, two blocks a chunk, loads two iterations ahead."""
+    _run_case(bits, group, ks=2, blocks=4, mt=1, depth=2)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 32), (2, 128)])
+def test_one_chunk_two_tile_rows(bits, group):
+    """One chunk (y written directly), 32-row tiles, one block."""
+    _run_case(bits, group, ks=1, blocks=1, mt=2, depth=1)
 
 
 def test_plan_is_a_function_of_the_shape():
     for out, K in ((12288, 2048), (2048, 6144), (24576, 4096), (4096, 12288), (34816, 5120), (5120, 17408),
                    (248320, 2048)):
-        for per in (False, True):
-            p = Q.plan(out, K, 4, 64, persist=per)
-            ng = K // 64
-            assert ng % p.cg == 0 and p.cg % p.u == 0 and p.ks * p.cg == ng and 1 <= p.depth <= p.cg // p.u
-            assert all(p.sc(nt) >= p.u and p.cg % p.sc(nt) == 0 for nt in (1, 2, 4))
-            assert Q.plan(out, K, 4, 64, persist=per) == p
+        p = Q.plan(out, K, 4, 64)
+        ng = K // 64
+        assert ng % p.cg == 0 and p.cg % p.u == 0 and p.ks * p.cg == ng and 1 <= p.depth <= p.cg // p.u
+        assert Q.plan(out, K, 4, 64) == p
+        spg = 4
+        assert p.cg * (spg * 2 * 32 * 8 + 2 * 4 * 4 * spg * 4) <= Q._XB_BYTES  # one chunk for 8 rows fits
 
 
-@pytest.mark.parametrize("bits,group", [(4, 64), (8, 32), (2, 128)])
-@pytest.mark.parametrize("ks,blocks,mt,depth", [(2, 4, 1, 2), (1, 1, 2, 1)])
-def test_persistent_form(bits, group, ks, blocks, mt, depth):
-    """The persistent form: warps walking several row tiles (the loads of the next tile issued during the last
-    iterations of the current one), several blocks a chunk, split-K summed by the warp completing a tile; 11 rows
-    (launches of 8 + 3); rows alone == together bit for bit; counters back at zero."""
-    out, K = 72, (512 if group == 128 else 256)
-    P, S, B = _case(bits, group, out, K)
-    x = (rng.standard_normal((11, K)) * 3).astype(np.float32)
-    ng = K // group
-    cg = ng // ks
-    u = 2 if cg % 2 == 0 else 1
-    p = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=min(depth, cg // u), persist=True,
-                 blocks=blocks)
-    assert p.ks == ks
-    full = _go(P, S, B, x, p)
-    _check(full, *_ref(x, P, S, B, bits, group))
-    assert not Q.counters().any()
-    for r0, R in ((0, 1), (9, 1), (2, 5)):
-        y = _go(P, S, B, x[r0:r0 + R], p)
-        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"rows {r0}..{r0 + R - 1}"
+def test_affine_routes_large_weights_here(monkeypatch):
+    from tensorfold.kernels import affine as A
+
+    monkeypatch.delenv("TENSORFOLD_GEMV_V3", raising=False)
+    assert isinstance(A.plan_qgemv(24576, 4096, 4, 64), Q.V3Plan)
+    assert not isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan)
+    assert not isinstance(A.plan_qgemv(24576, 4096, 3, 64), Q.V3Plan)  # a format it does not cover
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "0")
+    assert not isinstance(A.plan_qgemv(24576, 4096, 4, 64), Q.V3Plan)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "1")
+    assert isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan)
