@@ -6,7 +6,7 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
+A config is ``nw,mt,u,depth,blocks[,stages,pb]`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def main(argv=None):
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                plans.append((f"v3p {nw},{mt},{u},{depth},{blocks}",
-                              Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks)))
+                stages, pb = (list(c[5:7]) + [0, 0])[:2]
+                plans.append((f"v3p {','.join(str(v) for v in c)}",
+                              Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
+                                     stages=stages, pb=pb)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 

@@ -218,6 +218,104 @@ else:
         return np.uint32((int(a) & 0x00030003) | int(c))
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# cp.async (register-free prefetch into a shared ring; the ``stages`` form)
+# ----------------------------------------------------------------------------------------------------------------
+
+if not IS_SIM:
+
+    def _make_cpa(nbytes):
+        def typer(typingctx, ring, si, half, garr, goff):
+            if not (isinstance(ring, _types.Array) and ring.dtype == _types.uint64 and isinstance(garr, _types.Array)):
+                return None
+            if not all(isinstance(v, _types.Integer) for v in (si, half, goff)):
+                return None
+            sig = _types.void(ring, si, half, garr, goff)
+
+            def codegen(context, builder, sig, args):
+                i32, i8 = _ir.IntType(32), _ir.IntType(8)
+                ra = context.make_array(sig.args[0])(context, builder, value=args[0])
+                sidx = context.cast(builder, args[1], sig.args[1], _types.intp)
+                sptr = builder.gep(ra.data, [sidx])
+                bptr = builder.bitcast(sptr, _ir.PointerType(i8))
+                hoff = builder.mul(context.cast(builder, args[2], sig.args[2], _types.intp),
+                                   _ir.Constant(_ir.IntType(64), 4))
+                bptr = builder.gep(bptr, [hoff])
+                s32 = builder.ptrtoint(builder.addrspacecast(bptr, _ir.PointerType(i8, addrspace=3)), i32)
+                gptr = _ptr(context, builder, sig.args[3], args[3], args[4], sig.args[4], 0)
+                cache = "cg" if nbytes == 16 else "ca"
+                asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [i32, gptr.type]),
+                                    f"cp.async.{cache}.shared.global [$0], [$1], {nbytes};", "r,l,~{memory}",
+                                    side_effect=True)
+                builder.call(asm, [s32, gptr])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return typer
+
+    def _cpa4(typingctx, ring, si, half, garr, goff):
+        return _make_cpa(4)(typingctx, ring, si, half, garr, goff)
+
+    def _cpa8(typingctx, ring, si, half, garr, goff):
+        return _make_cpa(8)(typingctx, ring, si, half, garr, goff)
+
+    # ``cpa8(ring, si, 0, arr, off)``: 8 bytes at element ``off`` of ``arr`` -> ``ring[si]`` (uint64 shared);
+    # ``cpa4(ring, si, half, arr, off)``: 4 bytes -> half ``half`` of ``ring[si]``; complete after commit + wait
+    cpa4 = _intrinsic(_cpa4)
+    cpa8 = _intrinsic(_cpa8)
+
+    def _make_asm_void(text):
+        def typer(typingctx):
+            sig = _types.void()
+
+            def codegen(context, builder, sig, args):
+                asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return typer
+
+    def _commit(typingctx):
+        return _make_asm_void("cp.async.commit_group;")(typingctx)
+
+    cpa_commit = _intrinsic(_commit)
+    def _make_wait(n):
+        inner = _make_asm_void(f"cp.async.wait_group {n};")
+
+        def _w(typingctx):
+            return inner(typingctx)
+
+        return _intrinsic(_w)
+
+    _WAITS = {n: _make_wait(n) for n in range(8)}
+
+else:
+
+    @cuda.jit(device=True)
+    def cpa8(ring, si, half, garr, goff):
+        w = _words(garr, goff, 2)
+        ring[si] = np.uint64(int(w[0]) | (int(w[1]) << 32))
+
+    @cuda.jit(device=True)
+    def cpa4(ring, si, half, garr, goff):
+        w = int(_words(garr, goff, 1)[0])
+        old = int(ring[si])
+        ring[si] = np.uint64((old & 0xFFFFFFFF00000000) | w) if half == 0 else np.uint64((old & 0xFFFFFFFF) | (w << 32))
+
+    @cuda.jit(device=True)
+    def cpa_commit():
+        pass
+
+    @cuda.jit(device=True)
+    def _sim_wait():
+        pass
+
+    _WAITS = {n: _sim_wait for n in range(8)}
+
+
 @devfn
 def _bf_lo(v):
     """The bf16 in the low half of a word, as fp32."""
@@ -288,13 +386,23 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
-def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int) -> str:
+def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
+                stages: int = 0, pb: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
     weight / scale words of ``depth`` iterations ahead in flight across tile boundaries. A tile's sums go to ``y``
     (one chunk) or to ``ws[kz]``; with several chunks every warp then fences once, counts its tiles' arrivals, and the
-    warp that completes a tile adds its ``ks`` partials in chunk order."""
+    warp that completes a tile adds its ``ks`` partials in chunk order.
+
+    ``stages`` > 0 (formats with 2 words a lane and group, ``u`` 2 or 4): instead of a register ring, each lane
+    copies its own weight and scale words of iteration ``q + stages - 1`` into a per-warp shared ring with
+    ``cp.async`` (no registers held while in flight), then waits for iteration ``q``'s group and reads it back with
+    8-byte shared loads. Only the load path differs: the arithmetic, hence every bit, is the same.
+
+    ``pb``: x-preparation items a thread loads before using any (0: 8 for one n-tile, 4 for two). Larger batches
+    take fewer L2 round trips and more registers (the kernel's register count is its peak: 140 -> 168 for the
+    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration)."""
     lw, cl, steps = _lane_layout(bits, group)
     spg = group // 16
     wpg = group * bits // 32
@@ -305,6 +413,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     ldw = {1: "ld_w1", 2: "ld_w2", 4: "ld_w4"}[lw]
     lds = {1: "ld_w1", 2: "ld_w2"}[swords]
     TR = 16 * mt
+    if stages:
+        assert lw == 2 and u in (2, 4) and 2 <= stages <= 8 and stages - 1 <= nit
+    npw = mt * 2 * u  # ring pieces (8 bytes a lane) of weights an iteration, then the scale / bias pieces
+    NP = npw + mt * 2 * (1 if u == 2 else 2)
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
@@ -317,6 +429,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a(f"    xs = cuda.shared.array({cg * nt * 4}, np.float32)")
     a(f"    xp = cuda.shared.array({cg * nt * 4 * 4 * spg}, np.float32)")
     a(f"    lastf = cuda.shared.array({nw * 32}, np.int32)")
+    if stages:
+        a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
     a("    out = W.shape[0]")
     a("    bx = cuda.blockIdx.x")
     a("    kz = cuda.blockIdx.y")
@@ -358,6 +472,45 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
                         a(f"{ind}{names} = {lds}({arr}, so{h}{m}{suf} + {it * u})")
 
+    def piece(st, k):
+        return f"((warp * {stages} + {st}) * {NP} + {k}) * 32 + lane"
+
+    def copies(ind, st, suf, it):
+        """cp.async of iteration ``it``'s weight and scale / bias words (tile bases ``suf``) into ring stage ``st``"""
+        a(f"{ind}cst = {st}")
+        for m in range(mt):
+            for hi, h in enumerate(("a", "b")):
+                for uu in range(u):
+                    a(f"{ind}cpa8(wr, {piece('cst', (m * 2 + hi) * u + uu)}, 0, W, wo{h}{m}{suf} + {(it * u + uu) * wpg})")
+                kb_ = npw + (m * 2 + hi) * (1 if u == 2 else 2)
+                if u == 2:
+                    a(f"{ind}cpa4(wr, {piece('cst', kb_)}, 0, S, so{h}{m}{suf} + {it * u})")
+                    a(f"{ind}cpa4(wr, {piece('cst', kb_)}, 1, B, so{h}{m}{suf} + {it * u})")
+                else:
+                    a(f"{ind}cpa8(wr, {piece('cst', kb_)}, 0, S, so{h}{m}{suf} + {it * u})")
+                    a(f"{ind}cpa8(wr, {piece('cst', kb_ + 1)}, 0, B, so{h}{m}{suf} + {it * u})")
+        a(f"{ind}cpa_commit()")
+
+    def reads(ind, st):
+        """ring stage ``st`` back into the names the compute uses (``p0_...``)"""
+        a(f"{ind}rst = {st}")
+        for m in range(mt):
+            for hi, h in enumerate(("a", "b")):
+                for uu in range(u):
+                    a(f"{ind}qv = wr[{piece('rst', (m * 2 + hi) * u + uu)}]")
+                    a(f"{ind}p0_w{h}{m}_{uu}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
+                    a(f"{ind}p0_w{h}{m}_{uu}_1 = np.uint32(qv >> np.uint64(32))")
+                kb_ = npw + (m * 2 + hi) * (1 if u == 2 else 2)
+                if u == 2:
+                    a(f"{ind}qv = wr[{piece('rst', kb_)}]")
+                    a(f"{ind}p0_s{h}{m}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
+                    a(f"{ind}p0_b{h}{m}_0 = np.uint32(qv >> np.uint64(32))")
+                else:
+                    for nm, k in (("s", 0), ("b", 1)):
+                        a(f"{ind}qv = wr[{piece('rst', kb_ + k)}]")
+                        a(f"{ind}p0_{nm}{h}{m}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
+                        a(f"{ind}p0_{nm}{h}{m}_1 = np.uint32(qv >> np.uint64(32))")
+
     def ring_names():
         names = []
         for m in range(mt):
@@ -372,15 +525,20 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     assert depth <= nit
     bases("    ", "c", "0")
-    for d in range(depth):
-        loads("    ", f"p{d}_", "c", d)
+    if stages:
+        for qq in range(stages - 1):
+            copies("    ", qq, "c", qq)
+    else:
+        for d in range(depth):
+            loads("    ", f"p{d}_", "c", d)
     # ---- x preparation of the chunk (items: group, step, t, row), then the group sums
     I = "    "
     a(f"{I}kb = G0 * {group}")
     nitems = cg * spg * 4 * nt * 4
     ipt = -(-nitems // (nw * 32))  # items per thread
-    PB = min(ipt, 8 if nt == 1 else 4)  # a batch's x loads are all issued before any is used (a runtime loop over batches bounds
-    nb = -(-ipt // PB)  # the registers this takes)
+    # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
+    PB = min(ipt, pb or (8 if nt == 1 else 4))
+    nb = -(-ipt // PB)
     a(f"{I}for kbat in range({nb}):")
     I2 = I + "    "
     for k in range(PB):
@@ -427,15 +585,27 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             a(f"    acc{m}_{n}_b = np.float32(0.0)")
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
+    a("    qg = 0")
     a("    for jt in range(ntw):")
     J = "        "
     bases(J, "n", "min(jt + 1, ntw - 1)")
     for it in range(nit):
-        tgt = it + depth
-        if tgt < nit:
-            loads(J, f"p{depth}_", "c", tgt)
+        if stages:
+            tgt = it + stages - 1
+            st = f"(qg + {stages - 1}) % {stages}"
+            if tgt < nit:
+                copies(J, st, "c", tgt)
+            else:
+                copies(J, st, "n", tgt - nit)
+            a(f"{J}cpa_wait{stages - 1}()")
+            reads(J, f"qg % {stages}")
+            a(f"{J}qg += 1")
         else:
-            loads(J, f"p{depth}_", "n", tgt - nit)
+            tgt = it + depth
+            if tgt < nit:
+                loads(J, f"p{depth}_", "c", tgt)
+            else:
+                loads(J, f"p{depth}_", "n", tgt - nit)
         for uu in range(u):
             for s_ in range(spg):
                 for n in range(nt):
@@ -473,7 +643,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     a(f"{J}acc{m}_{n}_a += ba * sx{n}")
                     a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
                     a(f"{J}acc{m}_{n}_b += bb * sx{n}")
-        for d in range(depth):
+        for d in range(0 if stages else depth):
             for nm in ring_names():
                 a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
     # the tile's sums out, accumulators reset, the next tile's bases become current
@@ -493,6 +663,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for h in ("a", "b"):
             a(f"{J}wo{h}{m}c = wo{h}{m}n")
             a(f"{J}so{h}{m}c = so{h}{m}n")
+    if stages:
+        a("    cpa_wait0()")  # no copy may still be landing in shared memory when the block ends
     # ---- several chunks: one fence, arrivals counted per tile, the completing warp sums the tile in chunk order
     a("    if ks > 1:")
     a("        cuda.threadfence()")
@@ -528,14 +700,17 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth):
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth)
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb)
     if key not in _KCACHE:
-        name = f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}"
-        src = _gen_source(name, bits, group, nt, nw, mt, cg, u, depth)
+        name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
+                + (f"_p{pb}" if pb else ""))
+        src = _gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb)
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "_split_pair": _split_pair,
                "_bf_lo": _bf_lo, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
-               "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0)}
+               "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
+               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit}
+        glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
         exec(compile(src, f"<tensorfold.kernels.qgemv:{name}>", "exec"), glb)
         fn = glb[name]
         fn.__module__ = __name__
@@ -544,10 +719,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth):
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth):
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth)
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth))
+        _KCACHE[key] = cuda.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb))
     return _KCACHE[key]
 
 
@@ -572,6 +747,20 @@ class V3Plan:
     u: int
     depth: int
     blocks: int = 396
+    stages: int = 0  # > 0: the cp.async ring form for one-n-tile launches (1-4 rows) where it applies
+    pb: int = 0  # x-preparation batch (0: the measured default)
+
+    def stages_for(self, nt: int) -> int:
+        """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
+        x fragments in 48 KB of static shared memory, so two-n-tile launches keep the register ring"""
+        if not self.stages or nt != 1 or self.group * self.bits // 128 != 2 or self.u not in (2, 4):
+            return 0
+        st = min(self.stages, self.cg // self.u + 1)
+        np_ = self.mt * 2 * self.u + self.mt * 2 * (1 if self.u == 2 else 2)
+        xb = self.cg * (self.group // 16) * 32 * 8 + self.cg * 4 * 4 + self.cg * 4 * 4 * (self.group // 16) * 4
+        while st >= 2 and xb + self.nw * st * np_ * 32 * 8 + self.nw * 128 > 48 * 1024:
+            st -= 1
+        return st if st >= 2 else 0
 
     @property
     def ks(self) -> int:
@@ -593,20 +782,21 @@ class V3Plan:
 
 # default tuning (the H200 comparison at 863b5bc / 12da6be, benchmarks/results/gemv3_2026-11-30_12da6be.md):
 # 4 warps, one 16-row tile, 4 groups an iteration, loads one iteration ahead, 396 blocks (3 a SM). Overridable for
-# benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks"
-_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396)
+# benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,stages,pb" (stages: the cp.async ring for 1-4 rows, 0 = off;
+# pb: the x-preparation batch; neither measured on a GPU yet)
+_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0)
 
 
 def _tuning():
     v = os.environ.get("TENSORFOLD_GEMV3", "")
     d = dict(_DEF)
     if v:
-        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks"], [int(p) for p in v.split(",")])))
+        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb"], [int(p) for p in v.split(",")])))
     return d
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None) -> V3Plan:
+         cg=None, stages=None, pb=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -615,6 +805,8 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     u = u or tu["u"]
     depth = depth or tu["depth"]
     blocks = blocks or tu["blocks"]
+    stages = tu["stages"] if stages is None else stages
+    pb = tu["pb"] if pb is None else pb
     ng = inp // group
     while u > 1 and ng % u:
         u //= 2
@@ -629,7 +821,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb)
 
 
 _COUNTERS: dict = {}
@@ -667,7 +859,8 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
         raise ValueError("qgemv: ks > 1 needs a workspace ws [ks, R, out] float32")
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
-        k = get_kernel(p.bits, p.group, nt_for(n), p.nw, p.mt, p.cg, p.u, p.depth)
+        nt = nt_for(n)
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb)
         if p.ks > 1:
             w3 = ws if n == R else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:
@@ -702,6 +895,9 @@ def _specs():
         if (bits, group) != (4, 64):
             p = plan(24576, 4096, bits, group)
             specs.append((get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth), _SIG))
+    # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
+    p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
+    specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))
     return specs, hot
 
 

@@ -96,3 +96,21 @@ def test_affine_routes_large_weights_here(monkeypatch):
     assert not isinstance(A.plan_qgemv(24576, 4096, 4, 64), Q.V3Plan)
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "1")
     assert isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan)
+
+
+@pytest.mark.parametrize("bits,group,u", [(4, 64, 2), (4, 64, 4), (8, 32, 4), (2, 128, 2)])
+def test_cp_async_ring_and_prep_batch_same_bits(bits, group, u):
+    """The cp.async ring form (weights and scales copied into a per-warp shared ring) and a small x-preparation
+    batch change only how words reach the registers: the same bits as the register-ring form, 1-3 rows."""
+    out, K = 72, 512
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
+    cg = K // group // 2
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4)
+    ring = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, stages=3, pb=1)
+    assert ring.stages_for(1) >= 2 and ring.stages_for(2) == 0
+    y0 = _go(P, S, B, x, base)
+    _check(y0, *_ref(x, P, S, B, bits, group))
+    y1 = _go(P, S, B, x, ring)
+    assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
+    assert not Q.counters().any()
