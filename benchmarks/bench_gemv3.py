@@ -6,7 +6,8 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,stages,pb]`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and prints a table.
+A config is ``nw,mt,u,depth,blocks[,stages,pb]`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and
+prints a table.
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def main(argv=None):
                 row = dict(model=model, label=label, out=out, inp=inp, R=R, kernel=name, us=us, gbs=gbs,
                            pct=100 * gbs / bw, geo=geo, how=how)
                 res.append(row)
-                print(f"{model} {label} {out}x{inp} R={R} {name:24s} {us:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %"
-                      f"  ({geo})", flush=True)
+                print(f"{model} {label} {out}x{inp} R={R} {name:24s} {us:8.1f} us {gbs:7.0f} GB/s "
+                      f"{100 * gbs / bw:5.1f} %  ({geo})", flush=True)
             del x, _x
         del mats
     os.makedirs(args.out, exist_ok=True)

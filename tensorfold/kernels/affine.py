@@ -594,26 +594,10 @@ else:
         return ra, rb
 
 
-def _tc_lane_layout(bits: int, group: int):
-    """Per lane and group: LW words (contiguous, lane t owns words t*LW .. t*LW+LW-1 of the group, i.e. codes
-    t*CL .. t*CL+CL-1 with CL = group/4) and, for each of the group's group/16 mma steps, the two A/B register
-    slots as pairs of lane-local code indices (low half, high half). The same pairs pick x for B, so A and B agree
-    on the (permuted) k order inside each step."""
-    lw = group * bits // 128
-    cl = group // 4
-    cpw = 32 // bits
-    steps = []  # per step: (word j, [(lo, hi) for slot 0, slot 1]) ; decode kind per word
-    for j in range(lw):
-        if bits == 8:
-            steps.append((j, [(4 * j, 4 * j + 1), (4 * j + 2, 4 * j + 3)], [(0, 1), (2, 3)]))
-        else:
-            half = cpw // 2  # pair i = codes (i, i + half) via shift bits*i
-            for sl in range(half // 2):
-                i0, i1 = 2 * sl, 2 * sl + 1
-                steps.append((j, [(cpw * j + i0, cpw * j + i0 + half), (cpw * j + i1, cpw * j + i1 + half)],
-                              [i0, i1]))
-    assert len(steps) == group // 16
-    return lw, cl, steps
+# Per lane and group: LW words (lane t owns words t*LW .. t*LW+LW-1 of the group, codes t*CL .. t*CL+CL-1 with
+# CL = group/4) and, per mma step, the two A/B register slots as pairs of lane-local code indices; the same pairs
+# pick x for B, so A and B agree on the (permuted) k order inside each step. One map for both tensor-core GEMVs.
+_tc_lane_layout = _qgemv3._lane_layout
 
 
 def _gen_tc_helpers_source(bits: int, group: int) -> str:

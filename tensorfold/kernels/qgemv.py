@@ -1,5 +1,5 @@
-"""Decode GEMV on tensor cores, built for bandwidth at one row: ``y[r, o] = sum_i x[r, i] * (s[o, g] q[o, i] + b[o, g])``
-for 1..16 rows, MLX affine 2/4/8-bit weights straight from their packing (bf16 scales and biases).
+"""Decode GEMV on tensor cores, built for bandwidth at one row:
+``y[r, o] = sum_i x[r, i] * (s[o, g] q[o, i] + b[o, g])`` for 1..16 rows, MLX affine 2/4/8-bit weights straight from their packing (bf16 scales and biases).
 
 Owns ``plan`` / ``launch`` (reached through ``affine.plan_qgemv`` / ``affine.launch_qgemv``, which give this kernel
 the weights of at least ``affine.V3_MIN_CODES`` codes), the generated kernels (``get_pyfunc`` / ``get_kernel``) and
@@ -45,7 +45,7 @@ at one row) vs 43.3 / 53.1; 27B down 5120x17408 30.7 / 61.2 (39 %) vs 45.5 / 52.
 
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
-the physical k order of every mma step is the lanes' own (the same map as ``affine._tc_lane_layout``), and x's
+the physical k order of every mma step is the lanes' own (``_lane_layout``, which ``affine``'s kernel uses too), and x's
 B-fragments are built with the same permutation, which leaves each dot product unchanged.
 """
 
@@ -481,7 +481,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for m in range(mt):
             for hi, h in enumerate(("a", "b")):
                 for uu in range(u):
-                    a(f"{ind}cpa8(wr, {piece('cst', (m * 2 + hi) * u + uu)}, 0, W, wo{h}{m}{suf} + {(it * u + uu) * wpg})")
+                    k_ = (m * 2 + hi) * u + uu
+                    a(f"{ind}cpa8(wr, {piece('cst', k_)}, 0, W, wo{h}{m}{suf} + {(it * u + uu) * wpg})")
                 kb_ = npw + (m * 2 + hi) * (1 if u == 2 else 2)
                 if u == 2:
                     a(f"{ind}cpa4(wr, {piece('cst', kb_)}, 0, S, so{h}{m}{suf} + {it * u})")
