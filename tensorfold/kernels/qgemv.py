@@ -1,5 +1,6 @@
 """Decode GEMV on tensor cores, built for bandwidth at one row:
-``y[r, o] = sum_i x[r, i] * (s[o, g] q[o, i] + b[o, g])`` for 1..16 rows, MLX affine 2/4/8-bit weights straight from their packing (bf16 scales and biases).
+``y[r, o] = sum_i x[r, i] * (s[o, g] q[o, i] + b[o, g])`` for 1..16 rows, MLX affine 2/4/8-bit weights straight
+from their packing (bf16 scales and biases).
 
 Owns ``plan`` / ``launch`` (reached through ``affine.plan_qgemv`` / ``affine.launch_qgemv``, which give this kernel
 the weights of at least ``affine.V3_MIN_CODES`` codes), the generated kernels (``get_pyfunc`` / ``get_kernel``) and
