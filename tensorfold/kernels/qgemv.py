@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, bf16_to_f32, devfn
+from ._device import IS_SIM, devfn
 from ._mma import mma_bf16, pack_bf16x2
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS",
