@@ -1045,6 +1045,20 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
 
 
+def _v3_fallback(p) -> GemvPlan:
+    """The first kernels' plan for a ``qgemv.V3Plan``'s shape (weights whose scales are not bf16)."""
+    if _tc_supported(p.bits, p.group, p.inp):
+        return plan_tc(p.out, p.inp, p.bits, p.group)
+    return _plan_cuda_core(p.out, p.inp, p.bits, p.group)
+
+
+def workspace_ks(p) -> int:
+    """Split-K partial slots a launch with plan ``p`` may need (a ``qgemv.V3Plan`` also covers its fallback)."""
+    if isinstance(p, _qgemv3.V3Plan):
+        return max(p.ks, _v3_fallback(p).ks)
+    return p.ks
+
+
 def _v3_enabled(out: int, inp: int) -> bool:
     """Whether ``qgemv``'s persistent kernel takes this weight shape. ``TENSORFOLD_GEMV_V3``: ``auto`` (default)
     for weights of at least ``V3_MIN_CODES`` codes, ``1`` for every shape it supports, ``0`` never. A function of
@@ -1107,8 +1121,14 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
                 w = None if ws is None else ws.reshape(-1)[:plan.ks * n * out].reshape((plan.ks, n, out))
                 _qgemv3.launch(W, S, B, x[r0:r0 + n], y[r0:r0 + n], plan, n, ws=w, stream=stream)
             return y
-        plan = plan_tc(out, inp, bits, group) if _tc_supported(bits, group, inp) else _plan_cuda_core(
-            out, inp, bits, group)
+        # float16 / float32 scales (or a forced CUDA-core run): the first kernels, with the workspace re-cut to
+        # their split (callers size it with workspace_ks, which covers both plans)
+        plan = _v3_fallback(plan)
+        if plan.ks > 1 and ws is not None:
+            need = plan.ks * R * out
+            if ws.size < need:
+                raise ValueError(f"launch_qgemv: workspace of {ws.size} floats < {need} for the fallback plan")
+            ws = ws.reshape(-1)[:need].reshape((plan.ks, R, out))
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:

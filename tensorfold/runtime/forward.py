@@ -485,8 +485,9 @@ class Buffers:
         ws = 16
         for ent in arena._lin.values():
             p = ent["plan"]
-            if p.ks > 1:
-                ws = max(ws, p.ks * GEMV_ROWS * p.out)
+            ks = affine.workspace_ks(p)
+            if ks > 1:
+                ws = max(ws, ks * GEMV_ROWS * p.out)
         self.ws = d(ws, f)
         qgemv.counters()  # the split-K arrival counters, allocated before any graph capture
         self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
@@ -592,7 +593,8 @@ class Runner:
         p = ent["plan"]
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
-            ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
+            ks = affine.workspace_ks(p)
+            ws = self.buf.ws[:ks * n * p.out].reshape((ks, n, p.out)) if ks > 1 else None
             if ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n)

@@ -114,3 +114,23 @@ def test_cp_async_ring_and_prep_batch_same_bits(bits, group, u):
     y1 = _go(P, S, B, x, ring)
     assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
     assert not Q.counters().any()
+
+
+def test_affine_falls_back_for_non_bf16_scales(monkeypatch):
+    """A qgemv plan with float32 scales runs the first kernels, on a workspace sized by ``workspace_ks``."""
+    from tensorfold.kernels import affine as A
+
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "1")
+    out, K, R, bits, group = 40, 640, 3, 4, 64
+    P, S, B = _case(bits, group, out, K)
+    from tensorfold.model import bf16
+
+    S32, B32 = bf16.to_f32(S), bf16.to_f32(B)
+    p = A.plan_qgemv(out, K, bits, group)
+    assert isinstance(p, Q.V3Plan)
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    y = np.full((R, out), np.nan, np.float32)
+    ks = A.workspace_ks(p)
+    ws = np.full(max(1, ks) * R * out, np.nan, np.float32).reshape((max(1, ks), R, out))
+    A.launch_qgemv(P, S32, B32, x, y, bits, group, p, ws=ws if ks > 1 else None)
+    _check(y, *_ref(x, P, S, B, bits, group))
