@@ -512,8 +512,6 @@ if not IS_SIM:
 
         return ld
 
-    _ldf_u32x2 = _make_flat_vec(2, "u32", _types.uint32)
-    _ldf_u32x4 = _make_flat_vec(4, "u32", _types.uint32)
     _ldf_f32x4 = _make_flat_vec(4, "f32", _types.float32)
 
     @_intrinsic
@@ -549,16 +547,6 @@ else:
     def _ldf(arr, off):
         r, c = _flat_at(arr, off)
         return arr[r, c]
-
-    @cuda.jit(device=True)
-    def _ldf_u32x2(arr, off):
-        r, c = _flat_at(arr, off)
-        return (arr[r, c], arr[r, c + 1])
-
-    @cuda.jit(device=True)
-    def _ldf_u32x4(arr, off):
-        r, c = _flat_at(arr, off)
-        return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
 
     @cuda.jit(device=True)
     def _ldf_f32x4(arr, off):
@@ -597,6 +585,8 @@ else:
 # Per lane and group: LW words (lane t owns words t*LW .. t*LW+LW-1 of the group, codes t*CL .. t*CL+CL-1 with
 # CL = group/4) and, per mma step, the two A/B register slots as pairs of lane-local code indices; the same pairs
 # pick x for B, so A and B agree on the (permuted) k order inside each step. One map for both tensor-core GEMVs.
+_ldf_u32x2 = _qgemv3.ld_w2  # 8 / 16 bytes of words at a flat offset (ld.global.nc), shared with qgemv
+_ldf_u32x4 = _qgemv3.ld_w4
 _tc_lane_layout = _qgemv3._lane_layout
 
 
@@ -1045,20 +1035,6 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
 
 
-def _v3_fallback(p) -> GemvPlan:
-    """The first kernels' plan for a ``qgemv.V3Plan``'s shape (weights whose scales are not bf16)."""
-    if _tc_supported(p.bits, p.group, p.inp):
-        return plan_tc(p.out, p.inp, p.bits, p.group)
-    return _plan_cuda_core(p.out, p.inp, p.bits, p.group)
-
-
-def workspace_ks(p) -> int:
-    """Split-K partial slots a launch with plan ``p`` may need (a ``qgemv.V3Plan`` also covers its fallback)."""
-    if isinstance(p, _qgemv3.V3Plan):
-        return max(p.ks, _v3_fallback(p).ks)
-    return p.ks
-
-
 def _v3_enabled(out: int, inp: int) -> bool:
     """Whether ``qgemv``'s persistent kernel takes this weight shape. ``TENSORFOLD_GEMV_V3``: ``auto`` (default)
     for weights of at least ``V3_MIN_CODES`` codes, ``1`` for every shape it supports, ``0`` never. A function of
@@ -1075,11 +1051,13 @@ def _v3_enabled(out: int, inp: int) -> bool:
 V3_MIN_CODES = 1 << 26
 
 
-def plan_qgemv(out: int, inp: int, bits: int, group: int, max_tpb: int = 256):
-    """Geometry from the weight shape only (never from the row count: see the exactness rule). Formats of
-    ``qgemv.FORMATS`` get ``qgemv``'s kernel (a ``qgemv.V3Plan``) when enabled; other bits 2 (groups 64, 128), 4
-    and 8 the first tensor-core kernel unless ``TENSORFOLD_GEMV_TC=0``; the rest the CUDA-core kernel."""
-    if bits != 16 and _tc_enabled() and _v3_enabled(out, inp) and _qgemv3.supported(bits, group, inp):
+def plan_qgemv(out: int, inp: int, bits: int, group: int, scales: str = "bf16", max_tpb: int = 256):
+    """Geometry from the weight (shape, format, scale dtype ``scales``: "bf16", "f16" or "f32"), never from the row
+    count (see the exactness rule). Formats of ``qgemv.FORMATS`` with bf16 scales get ``qgemv``'s kernel (a
+    ``qgemv.V3Plan``) when enabled; other bits 2 (groups 64, 128), 4 and 8 the first tensor-core kernel unless
+    ``TENSORFOLD_GEMV_TC=0``; the rest the CUDA-core kernel."""
+    if (bits != 16 and _tc_enabled() and _v3_enabled(out, inp)
+            and _qgemv3.supported(bits, group, inp, scales)):
         return _qgemv3.plan(out, inp, bits, group)
     if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):
         return plan_tc(out, inp, bits, group)
@@ -1104,6 +1082,9 @@ def _scale_kind(S) -> str:
     raise TypeError(f"qgemv: scales dtype {dt} (want uint16 bf16 bits, float16 or float32)")
 
 
+scale_kind = _scale_kind  # the scale dtype name plan_qgemv takes ("bf16", "f32", "f16")
+
+
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
                  no: int | None = None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
@@ -1113,22 +1094,14 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
-        plan = plan_qgemv(out, inp, bits, group)
+        plan = plan_qgemv(out, inp, bits, group, _scale_kind(S))
     if isinstance(plan, _qgemv3.V3Plan):
-        if no is None and _scale_kind(S) == "bf16":
-            for r0 in range(0, R, 16):
-                n = min(16, R - r0)
-                w = None if ws is None else ws.reshape(-1)[:plan.ks * n * out].reshape((plan.ks, n, out))
-                _qgemv3.launch(W, S, B, x[r0:r0 + n], y[r0:r0 + n], plan, n, ws=w, stream=stream)
-            return y
-        # float16 / float32 scales (or a forced CUDA-core run): the first kernels, with the workspace re-cut to
-        # their split (callers size it with workspace_ks, which covers both plans)
-        plan = _v3_fallback(plan)
-        if plan.ks > 1 and ws is not None:
-            need = plan.ks * R * out
-            if ws.size < need:
-                raise ValueError(f"launch_qgemv: workspace of {ws.size} floats < {need} for the fallback plan")
-            ws = ws.reshape(-1)[:need].reshape((plan.ks, R, out))
+        if no is None:
+            if _scale_kind(S) != "bf16":
+                raise ValueError(f"launch_qgemv: a qgemv plan needs bf16 scales, got {_scale_kind(S)} "
+                                 "(plan with plan_qgemv(..., scales=...))")
+            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream)
+        plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:

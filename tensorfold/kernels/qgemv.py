@@ -58,8 +58,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, devfn
-from ._mma import mma_bf16, pack_bf16x2
+from ._device import IS_SIM, bf16_to_f32, devfn
+from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS",
            "HOT", "FORMATS"]
@@ -318,24 +318,9 @@ else:
 
 
 @devfn
-def _bf_lo(v):
-    """The bf16 in the low half of a word, as fp32."""
-    return np.uint32(v << np.uint32(16)).view(np.float32)
-
-
-@devfn
 def _bf_hi(v):
-    """The bf16 in the high half of a word, as fp32."""
+    """The bf16 in the high half of a word, as fp32 (the low half: ``bf16_to_f32``)."""
     return np.uint32(v & np.uint32(0xFFFF0000)).view(np.float32)
-
-
-@devfn
-def _split_pair(x0, x1):
-    """(x0, x1) -> packed bf16 hi pair and packed bf16 residual pair (x ~= hi + lo)."""
-    hi = pack_bf16x2(x0, x1)
-    r0 = np.float32(x0) - _bf_lo(hi)
-    r1 = np.float32(x1) - _bf_hi(hi)
-    return hi, pack_bf16x2(r0, r1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -563,13 +548,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     for k in range(PB):
         a(f"{I2}if tid + (kbat * {PB} + {k}) * {nw * 32} < {nitems}:")
         K = I2 + "    "
-        a(f"{K}h0, l0 = _split_pair(v{k}_0 * live{k}, v{k}_1 * live{k})")
-        a(f"{K}h1, l1 = _split_pair(v{k}_2 * live{k}, v{k}_3 * live{k})")
+        a(f"{K}h0, l0 = split_bf16x2(v{k}_0 * live{k}, v{k}_1 * live{k})")
+        a(f"{K}h1, l1 = split_bf16x2(v{k}_2 * live{k}, v{k}_3 * live{k})")
         a(f"{K}slot = (gs{k} * {nt} + r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
         a(f"{K}xb[slot] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
         a(f"{K}xb[slot + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
-        a(f"{K}ps = ((_bf_lo(h0) + _bf_lo(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
-          f"((_bf_lo(h1) + _bf_lo(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
+        a(f"{K}ps = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
+          f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
         a(f"{K}xp[((gs{k} // {spg}) * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg} + st{k}] = ps")
     a(f"{I}cuda.syncthreads()")
     a(f"{I}for e0 in range(0, {cg * nt * 4}, {nw * 32}):")
@@ -619,11 +604,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             for m in range(mt):
                 for h in ("a", "b"):
                     if u == 1:
-                        a(f"{J}s{h} = _bf_hi(p0_s{h}{m}) if p0_sel{h}{m} else _bf_lo(p0_s{h}{m})")
-                        a(f"{J}b{h} = _bf_hi(p0_b{h}{m}) if p0_sel{h}{m} else _bf_lo(p0_b{h}{m})")
+                        a(f"{J}s{h} = _bf_hi(p0_s{h}{m}) if p0_sel{h}{m} else bf16_to_f32(p0_s{h}{m})")
+                        a(f"{J}b{h} = _bf_hi(p0_b{h}{m}) if p0_sel{h}{m} else bf16_to_f32(p0_b{h}{m})")
                     else:
                         k, half = uu // 2, uu % 2
-                        fn = "_bf_hi" if half else "_bf_lo"
+                        fn = "_bf_hi" if half else "bf16_to_f32"
                         a(f"{J}s{h} = {fn}(p0_s{h}{m}_{k})")
                         a(f"{J}b{h} = {fn}(p0_b{h}{m}_{k})")
                     if off128:
@@ -708,8 +693,8 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else ""))
         src = _gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb)
-        glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "_split_pair": _split_pair,
-               "_bf_lo": _bf_lo, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
+        glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
+               "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit}
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -849,11 +834,9 @@ def nt_for(R: int) -> int:
 
 
 def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
-    """y[:R] = x[:R] @ dequant(W, S, B).T for R <= 16 rows: launches of up to 8 rows (a column's arithmetic does
-    not depend on the others, so any split gives the same bits). ``ws``: float32 with at least ``[ks, R, out]``
-    when ks > 1 (the chunks' partial sums)."""
-    if R > 16:
-        raise ValueError("qgemv: at most 16 rows a launch")
+    """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
+    others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
+    when ks > 1 (the chunks' partial sums; the launches reuse it in turn)."""
     out = W.shape[0]
     if -(-out // (16 * p.mt)) > NCOUNTERS:
         raise ValueError(f"qgemv: {out} rows need more than {NCOUNTERS} arrival counters")
@@ -864,7 +847,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
         nt = nt_for(n)
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb)
         if p.ks > 1:
-            w3 = ws if n == R else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
+            w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
         k[(p.grid_x(), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))

@@ -485,9 +485,8 @@ class Buffers:
         ws = 16
         for ent in arena._lin.values():
             p = ent["plan"]
-            ks = affine.workspace_ks(p)
-            if ks > 1:
-                ws = max(ws, ks * GEMV_ROWS * p.out)
+            if p.ks > 1:
+                ws = max(ws, p.ks * GEMV_ROWS * p.out)
         self.ws = d(ws, f)
         qgemv.counters()  # the split-K arrival counters, allocated before any graph capture
         self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
@@ -565,7 +564,8 @@ class Runner:
         for ent in arena._lin.values():
             if "plan" not in ent:
                 bits, group = (ent["bits"], ent["group"]) if ent["kind"] == "affine" else (16, 0)
-                ent["plan"] = affine.plan_qgemv(ent["out"], ent["in"], bits, group)
+                scales = affine.scale_kind(ent["S"]) if ent["kind"] == "affine" else "bf16"
+                ent["plan"] = affine.plan_qgemv(ent["out"], ent["in"], bits, group, scales)
         self.inv_freq = cuda.to_device(ops.rope_inv_freq(self.rotary_dim, c.rope_theta, np.float32))
         self.buf = Buffers(c, arena, max(rows, prompt_rows), log_rows, caches.ctx, att_rows, prompt_rows)
         self.rows_cap = max(rows, prompt_rows)
@@ -593,8 +593,7 @@ class Runner:
         p = ent["plan"]
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
-            ks = affine.workspace_ks(p)
-            ws = self.buf.ws[:ks * n * p.out].reshape((ks, n, p.out)) if ks > 1 else None
+            ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
             if ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n)

@@ -116,21 +116,23 @@ def test_cp_async_ring_and_prep_batch_same_bits(bits, group, u):
     assert not Q.counters().any()
 
 
-def test_affine_falls_back_for_non_bf16_scales(monkeypatch):
-    """A qgemv plan with float32 scales runs the first kernels, on a workspace sized by ``workspace_ks``."""
+def test_non_bf16_scales_plan_the_first_kernels(monkeypatch):
+    """Weights with float32 scales are planned for the first kernels (the plan knows the scale dtype), and a qgemv
+    plan handed float32 scales is refused with a clear error instead of running."""
     from tensorfold.kernels import affine as A
+    from tensorfold.model import bf16
 
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "1")
     out, K, R, bits, group = 40, 640, 3, 4, 64
     P, S, B = _case(bits, group, out, K)
-    from tensorfold.model import bf16
-
     S32, B32 = bf16.to_f32(S), bf16.to_f32(B)
-    p = A.plan_qgemv(out, K, bits, group)
-    assert isinstance(p, Q.V3Plan)
+    assert isinstance(A.plan_qgemv(out, K, bits, group), Q.V3Plan)
+    p = A.plan_qgemv(out, K, bits, group, A.scale_kind(S32))
+    assert not isinstance(p, Q.V3Plan)
     x = rng.standard_normal((R, K)).astype(np.float32)
     y = np.full((R, out), np.nan, np.float32)
-    ks = A.workspace_ks(p)
-    ws = np.full(max(1, ks) * R * out, np.nan, np.float32).reshape((max(1, ks), R, out))
-    A.launch_qgemv(P, S32, B32, x, y, bits, group, p, ws=ws if ks > 1 else None)
+    ws = np.full((p.ks, R, out), np.nan, np.float32) if p.ks > 1 else None
+    A.launch_qgemv(P, S32, B32, x, y, bits, group, p, ws=ws)
     _check(y, *_ref(x, P, S, B, bits, group))
+    with pytest.raises(ValueError, match="bf16 scales"):
+        A.launch_qgemv(P, S32, B32, x, y, bits, group, A.plan_qgemv(out, K, bits, group))
