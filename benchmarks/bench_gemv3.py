@@ -53,14 +53,7 @@ def main(argv=None):
     res = []
     for model, label, out, inp in shapes:
         bits, group = 4, 64
-        wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
-        ncp = bk._copies(wbytes)
-        mats = []
-        for _ in range(ncp):
-            P, _p = ctx["rand_u32"]((out, inp * bits // 32))
-            S, _s = ctx["rand_bf16"]((out, inp // group))
-            B, _b = ctx["rand_bf16"]((out, inp // group))
-            mats.append((P, S, B, _p, _s, _b))
+        wbytes, mats = bk.affine_copies(ctx, out, inp, bits, group)
         for R in rows:
             x, _x = ctx["rand_f32"]((R, inp))
             y = cuda.device_array((R, out), dtype="float32")
@@ -75,7 +68,7 @@ def main(argv=None):
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 
-                def mk(m, p=p, ws=ws, keep=_x):
+                def mk(m, p=p, ws=ws, x=x, y=y, R=R, keep=_x):
                     return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
 
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,

@@ -222,20 +222,26 @@ def torch_matmul_peer(ctx, R, out, inp):
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def affine_copies(ctx, out, inp, bits, group):
+    """(bytes of one copy, [(P, S, B, keep...)]): enough random MLX-packed copies of a weight (bf16 scales /
+    biases) that rotating through them defeats L2."""
+    wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
+    mats = []
+    for _ in range(_copies(wbytes)):
+        P, _p = ctx["rand_u32"]((out, inp * bits // 32))
+        S, _s = ctx["rand_bf16"]((out, inp // group))
+        B, _b = ctx["rand_bf16"]((out, inp // group))
+        mats.append((P, S, B, _p, _s, _b))
+    return wbytes, mats
+
+
 def _qgemv_case(ctx, model, label, out, inp, R, bits=4, group=64, peer=True, no=None, plan=None):
     from tensorfold.kernels import affine as A
 
     cuda = ctx["cuda"]
     if plan is None:
         plan = A._plan_cuda_core(out, inp, bits, group) if no is not None else A.plan_qgemv(out, inp, bits, group)
-    wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
-    ncp = _copies(wbytes)
-    mats = []
-    for _ in range(ncp):
-        P, _p = ctx["rand_u32"]((out, inp * bits // 32))
-        S, _s = ctx["rand_bf16"]((out, inp // group))
-        B, _b = ctx["rand_bf16"]((out, inp // group))
-        mats.append((P, S, B, _p, _s, _b))
+    wbytes, mats = affine_copies(ctx, out, inp, bits, group)
     x, _x = ctx["rand_f32"]((R, inp))
     y = cuda.device_array((R, out), dtype="float32")
     ws = cuda.device_array((plan.ks, R, out), dtype="float32") if plan.ks > 1 else None
@@ -276,13 +282,7 @@ def _affine_cases(ctx):
     cases = []
     for model, label, out, inp in GEMV_VSHAPES:
         bits, group = 4, 64
-        wbytes = out * inp * bits // 8 + 2 * 2 * out * (inp // group)
-        mats = []
-        for _ in range(_copies(wbytes)):
-            P, _p = ctx["rand_u32"]((out, inp * bits // 32))
-            S, _s = ctx["rand_bf16"]((out, inp // group))
-            B, _b = ctx["rand_bf16"]((out, inp // group))
-            mats.append((P, S, B, _p, _s, _b))
+        wbytes, mats = affine_copies(ctx, out, inp, bits, group)
         xs = {R: ctx["rand_f32"]((R, inp)) for R in (1, 8)}
         y8 = cuda.device_array((8, out), dtype="float32")
         ys = {1: y8[:1], 8: y8}

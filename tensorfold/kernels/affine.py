@@ -480,7 +480,6 @@ def _tc_supported(bits: int, group: int, inp: int) -> bool:
 if not IS_SIM:
     from llvmlite import ir as _ir
     from numba import types as _types
-    from numba.cuda import cgutils as _cgutils
     from numba.cuda.extending import intrinsic as _intrinsic
 
     def _flat_ptr(context, builder, arrty, a, off, offty):

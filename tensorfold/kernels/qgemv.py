@@ -353,7 +353,6 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     L = []
     if bits == 8:
         # code k of the word (bits 8k..8k+7) through the fp32 magic 2^23 + q, exact, then packed to bf16 pairs
-        q = []
         for k in range(4):
             if k == 0:
                 e = f"(({w} & np.uint32(0xFF)) | np.uint32(0x4B000000))"
@@ -663,7 +662,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
     a("                if old == ks - 1:")
     a("                    isl = 1")
-    a(f"            lastf[warp * 32 + lane] = isl")
+    a("            lastf[warp * 32 + lane] = isl")
     a("            cuda.syncthreads()")
     a("            for jj in range(min(32, mtw - j0)):")
     a("                if lastf[warp * 32 + jj] == 1:")
