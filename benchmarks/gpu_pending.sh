@@ -27,22 +27,20 @@ track_a() {
         >"$OUT/a/gemv3.txt" 2>&1
     for v3 in auto 0; do
         TENSORFOLD_GEMV_V3=$v3 timeout 170 python3 benchmarks/bench_decode.py --geometry 9b \
-            --root "$ROOT" --streams 1,8 --prompts 512 --steps 20 --out "$OUT/a/decode_v3_$v3.md" \
+            --root "$ROOT" --streams 1,8 --prompts 512 --steps 20 --profile 1 --out "$OUT/a/decode_v3_$v3.md" \
             >"$OUT/a/decode_v3_$v3.txt" 2>&1
     done
 }
 
 track_b() {
     export CUDA_VISIBLE_DEVICES=1
+    timeout 260 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/kernels/test_gpu_qgemv.py \
+        tests/kernels/test_gpu_gemv.py tests/runtime >"$OUT/b/gpu_tests.txt" 2>&1
     TENSORFOLD_GDN_FUSED=auto timeout 60 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
         tests/kernels/test_gpu_fused.py >"$OUT/b/fused_tests.txt" 2>&1
     for f in 0 auto; do
         TENSORFOLD_GDN_FUSED=$f timeout 120 python3 benchmarks/bench_decode.py --geometry 2b --root "$ROOT" \
-            --streams 1,2,8 --prompts 512 --steps 30 --out "$OUT/b/decode_fused_$f.md" >"$OUT/b/decode_fused_$f.txt" 2>&1
-    done
-    for xp in 1 2; do
-        TENSORFOLD_XPREP=$xp timeout 80 python3 benchmarks/bench_gemm.py --rows 512 --out "$OUT/b/xprep$xp" \
-            >"$OUT/b/gemm_xprep$xp.txt" 2>&1
+            --streams 1,2,8 --prompts 512 --steps 30 --profile 1 --out "$OUT/b/decode_fused_$f.md" >"$OUT/b/decode_fused_$f.txt" 2>&1
     done
 }
 
@@ -55,4 +53,4 @@ wait $B; echo "track B exit $?" >>"$OUT/b/track.txt"
 tar -czf "$OUT/pending.tar.gz" -C "$OUT" a b gpu.txt
 grep -hE "R=1|R=8" "$OUT/a/gemv3.txt" | head -40
 grep -hE "decode |prompt " "$OUT"/a/decode_v3_*.txt "$OUT"/b/decode_fused_*.txt | head -40
-tail -2 "$OUT/b/fused_tests.txt"
+tail -2 "$OUT/b/fused_tests.txt"; tail -3 "$OUT/b/gpu_tests.txt"
