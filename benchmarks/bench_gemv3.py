@@ -6,8 +6,10 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,stages,pb]`` (``qgemv.plan``'s knobs). Writes ``gemv3_<commit>.json`` and
-prints a table.
+A config is ``nw,mt,u,depth,blocks[,stages,pb,tile]`` (``qgemv.plan``'s knobs; tile 1 reads ``qgemv.tile_pack``'s
+layout: the random words are simply viewed in its shape). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
+at one K, whose line gives a kernel's fixed cost and its streaming rate). Writes ``gemv3_<commit>.json`` and prints
+a table.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main(argv=None):
     ap.add_argument("--rows", default="1,8")
     ap.add_argument("--shapes", default="", help="comma list of indices into SHAPES (default all)")
     ap.add_argument("--no-old", action="store_true")
+    ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
@@ -49,7 +52,11 @@ def main(argv=None):
     print(f"copy bandwidth {bw:.0f} GB/s, commit {commit}", flush=True)
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c]
     rows = [int(r) for r in args.rows.split(",")]
-    shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",") if i != ""]
+    if args.shapes == "-":
+        shapes = []
+    shapes = shapes + [("-", "sweep", int(c.split(",")[0]), int(c.split(",")[1]))
+                       for c in args.custom.split(";") if c]
     res = []
     for model, label, out, inp in shapes:
         bits, group = 4, 64
@@ -61,15 +68,17 @@ def main(argv=None):
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                stages, pb = (list(c[5:7]) + [0, 0])[:2]
+                stages, pb, tile = (list(c[5:8]) + [0, 0, 0])[:3]
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
-                                     stages=stages, pb=pb)))
+                                     stages=stages, pb=pb, tile=tile)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
+                tshape = Q.tile_shape(out, inp, bits, group)
 
-                def mk(m, p=p, ws=ws, x=x, y=y, R=R, keep=_x):
-                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
+                def mk(m, p=p, ws=ws, x=x, y=y, R=R, keep=_x, tshape=tshape):
+                    W = m[0].reshape(tshape) if getattr(p, "tile", 0) else m[0]
+                    return lambda s: A.launch_qgemv(W, m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
 
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
                                launches=[mk(m) for m in mats])

@@ -1077,15 +1077,15 @@ FUSED_AUTO_ROWS = 2  # TENSORFOLD_GDN_FUSED=auto: the fused kernel for launches 
 
 def fused_on(rows: int = 1) -> bool:
     """Whether the runtime's step / verify launch of ``rows`` rows uses :func:`launch_fused`
-    (``TENSORFOLD_GDN_FUSED``, read at each launch): "1" always, "auto" for at most FUSED_AUTO_ROWS rows, else
-    (default "0") never. The choice may depend on the row count because both paths give the same bits.
+    (``TENSORFOLD_GDN_FUSED``, read at each launch): "1" always, "auto" (the default) for at most FUSED_AUTO_ROWS
+    rows, "0" never. The choice may depend on the row count because both paths give the same bits.
 
     Measured on the H200 at 4ae7b79 (benchmarks/results/fuse_2026-11-30_4ae7b79.md, 2B, graphs): always-fused
     decode 530.9 -> 564.5 tok/s at 1 stream, 3,586.9 -> 3,438.2 at 8 (its kernel, 9.1 us a layer at one row,
-    replaces 11.9 us of three; at 8 rows its 1,024 blocks each redo the key head's conv). The default stays "0":
-    the kernel changed after that run (norm epilogue made bit-identical to ``norms.gated_rms_norm_k``, the fence
-    moved before the state write-back) and "auto" is not measured yet."""
-    v = os.environ.get("TENSORFOLD_GDN_FUSED", "0")
+    replaces 11.9 us of three; at 8 rows its 1,024 blocks each redo the key head's conv). "auto" at e95a453
+    (benchmarks/results/session11_2026-11-30.md, 2B, graphs) against "0": 554.7 -> 586.4 tok/s at 1 stream,
+    1,078.7 -> 1,099.7 at 2, 3,697 -> 3,765 at 8 (unfused there), its GPU kernel tests passing; hence the default."""
+    v = os.environ.get("TENSORFOLD_GDN_FUSED", "auto")
     return v == "1" or (v == "auto" and rows <= FUSED_AUTO_ROWS)
 
 
