@@ -30,6 +30,50 @@ SHAPES = [("2B", "gate/up", 12288, 2048), ("2B", "down", 2048, 6144), ("9B", "ga
           ("2B", "head", 248320, 2048)]
 
 
+def _read_kernel():
+    import numpy as np
+    from numba import cuda
+
+    from tensorfold.kernels.qgemv import ld_w4
+
+    @cuda.jit
+    def read_all(W, out):
+        """every 16-byte word of W read once (grid-stride, 16-byte loads), xor-folded; written only if it hits a
+        value random data will not give, so the loads cannot be dropped"""
+        tid = cuda.grid(1)
+        n = W.shape[0] // 4
+        acc = np.uint32(0)
+        for i in range(tid, n, cuda.gridsize(1)):
+            a, b, c, d = ld_w4(W, i * 4)
+            acc ^= a ^ b ^ c ^ d
+        if acc == np.uint32(0x9E3779B9):
+            out[0] = acc
+
+    return read_all
+
+
+def read_floor(ctx, bk, bw, mbs, res):
+    cuda = ctx["cuda"]
+    k = _read_kernel()
+    o = cuda.device_array(1, dtype="uint32")
+    for mb in mbs:
+        n = int(mb * 2**20) // 16 * 4
+        mats = [ctx["rand_u32"]((n,)) for _ in range(bk._copies(n * 4))]
+        for blocks, tpb in ((132 * 4, 256), (132 * 8, 256), (132 * 16, 256)):
+            def mk(m, blocks=blocks, tpb=tpb):
+                return lambda s: k[blocks, tpb, s](m[0], o)
+
+            case = bk.Case(name=f"read {blocks}x{tpb}", model="-", shape=f"{mb} MB", nbytes=n * 4,
+                           launches=[mk(m) for m in mats])
+            sec, how = bk.time_case(case, ctx)
+            gbs = n * 4 / sec / 1e9
+            res.append(dict(model="floor", label="read", out=n * 4, inp=0, R=0, kernel=case.name, us=sec * 1e6,
+                            gbs=gbs, pct=100 * gbs / bw, geo="", how=how))
+            print(f"floor read {mb:7.1f} MB {case.name:16s} {sec * 1e6:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %",
+                  flush=True)
+        del mats
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="4,1,4,1,396")
@@ -37,6 +81,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default="", help="comma list of indices into SHAPES (default all)")
     ap.add_argument("--no-old", action="store_true")
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
+    ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
+                    "(what any kernel of that size can reach inside a graph)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
@@ -52,12 +98,12 @@ def main(argv=None):
     print(f"copy bandwidth {bw:.0f} GB/s, commit {commit}", flush=True)
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c]
     rows = [int(r) for r in args.rows.split(",")]
-    shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",") if i != ""]
-    if args.shapes == "-":
-        shapes = []
+    res = []
+    if args.floor:
+        read_floor(ctx, bk, bw, [float(v) for v in args.floor.split(",")], res)
+    shapes = [] if args.shapes == "-" else (SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")])
     shapes = shapes + [("-", "sweep", int(c.split(",")[0]), int(c.split(",")[1]))
                        for c in args.custom.split(";") if c]
-    res = []
     for model, label, out, inp in shapes:
         bits, group = 4, 64
         wbytes, mats = bk.affine_copies(ctx, out, inp, bits, group)

@@ -182,3 +182,18 @@ def test_tile_layout_same_bits(bits, group, mt, ks):
     assert not Q.counters().any()
     with pytest.raises(ValueError, match="tile_pack"):
         _go(P, S, B, x[:1], tiled)
+
+
+def test_groups_an_iteration_and_depth_do_not_change_bits():
+    """u (groups an iteration) and depth (iterations of loads in flight) only reorder loads, never the arithmetic:
+    plans differing only in them give the same bits (so a launch may pick them by its n-tile count)."""
+    bits, group, out, K = 4, 64, 72, 1024
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((5, K)) * 3).astype(np.float32)
+    ys = []
+    for u, depth in ((1, 1), (2, 2), (4, 1)):
+        p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=8, u=u, depth=depth, blocks=4)
+        ys.append(_go(P, S, B, x, p))
+    _check(ys[0], *_ref(x, P, S, B, bits, group))
+    for y in ys[1:]:
+        assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32))
