@@ -53,6 +53,7 @@ B-fragments are built with the same permutation, which leaves each dot product u
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -371,6 +372,43 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
+_TEMP = re.compile(r"^(d[0-3]|qv|s[ab]|b[ab]|o|r|bf\d+_\d+_\d|sx\d+|p[ab]\d+_f?\d+)$")
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _single_assignment(lines: list[str]) -> list[str]:
+    """Straight-line temporaries of the unrolled tile body (``_TEMP``: mma outputs, decoded pairs, B fragments,
+    scales, ...) renamed so that each assignment defines a new name (``d0`` -> ``d0__7``). The arithmetic is
+    untouched; numba's SSA reconstruction, which otherwise spends about half of a kernel's compile time on names
+    assigned dozens of times, has nothing left to do for them. Every temporary is assigned before it is used in the
+    body (none is carried across tiles), so a use always refers to the latest assignment above it."""
+    cur: dict = {}
+    serial = 0
+    out = []
+    for ln in lines:
+        code = ln.lstrip()
+        ind = ln[:len(ln) - len(code)]
+        m = re.match(r"([\w, ]+?)\s*(\+?=)\s(.*)$", code)
+        if m and not code.startswith(("if ", "elif ", "for ", "while ")):
+            lhs, op, rhs = m.group(1), m.group(2), m.group(3)
+            rhs = _IDENT.sub(lambda t: cur.get(t.group(0), t.group(0)), rhs)
+            names = [v.strip() for v in lhs.split(",")]
+            new = []
+            for v in names:
+                if _TEMP.match(v):
+                    if op == "+=":
+                        raise AssertionError(f"augmented temporary {v}")
+                    serial += 1
+                    cur[v] = f"{v}__{serial}"
+                    new.append(cur[v])
+                else:
+                    new.append(cur.get(v, v) if op == "+=" else v)
+            out.append(f"{ind}{', '.join(new)} {op} {rhs}")
+        else:
+            out.append(ind + _IDENT.sub(lambda t: cur.get(t.group(0), t.group(0)), code))
+    return out
+
+
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, tile: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
@@ -589,6 +627,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
+    body0 = len(L) + 1
     a("    for jt in range(ntw):")
     J = "        "
     bases(J, "n", "min(jt + 1, ntw - 1)")
@@ -661,6 +700,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{J}    else:")
                 a(f"{J}        ws[kz, r, o] = acc{m}_{n}_{h}")
                 a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
+    L[body0:] = _single_assignment(L[body0:])
     a(f"{J}obc = obn")
     for m in range(mt):
         if tile:
