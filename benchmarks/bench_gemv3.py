@@ -6,7 +6,7 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,stages,pb,tile]`` (``qgemv.plan``'s knobs; tile 1 reads ``qgemv.tile_pack``'s
+A config is ``nw,mt,u,depth,blocks[,stages,pb,tile,occ1]`` (``qgemv.plan``'s knobs; tile 1 reads ``qgemv.tile_pack``'s
 layout: the random words are simply viewed in its shape). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
 at one K, whose line gives a kernel's fixed cost and its streaming rate). Writes ``gemv3_<commit>.json`` and prints
 a table.
@@ -114,10 +114,10 @@ def main(argv=None):
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                stages, pb, tile = (list(c[5:8]) + [0, 0, 0])[:3]
+                stages, pb, tile, occ1 = (list(c[5:9]) + [0, 0, 0, 0])[:4]
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
-                                     stages=stages, pb=pb, tile=tile)))
+                                     stages=stages, pb=pb, tile=tile, occ1=occ1)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
                 tshape = Q.tile_shape(out, inp, bits, group)
@@ -135,7 +135,7 @@ def main(argv=None):
                     continue
                 us = sec * 1e6
                 gbs = case.nbytes / sec / 1e9
-                geo = (f"ks {p.ks} cg {p.cg} blocks {p.grid_x() * p.ks}" if isinstance(p, Q.V3Plan)
+                geo = (f"ks {p.ks} cg {p.cg} blocks {p.grid_x(Q.nt_for(min(R, 8))) * p.ks}" if isinstance(p, Q.V3Plan)
                        else f"ks {p.ks} tpb {p.tpb}")
                 row = dict(model=model, label=label, out=out, inp=inp, R=R, kernel=name, us=us, gbs=gbs,
                            pct=100 * gbs / bw, geo=geo, how=how)

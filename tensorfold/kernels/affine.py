@@ -90,6 +90,7 @@ import numpy as np
 from numba import cuda
 
 from . import _device
+from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 from . import qgemv as _qgemv3
@@ -408,6 +409,7 @@ def _build(name: str, src: str, extra: dict | None = None):
     glb.update({k: globals()[k] for k in ("_ldf", "_ldf_u32x2", "_ldf_u32x4", "_ldf_f32x4", "_quad_sum", "_shfl2")
                 if k in globals()})
     glb.update(extra or {})
+    src = single_assignment(src)
     code = compile(src, f"<tensorfold.kernels.affine:{name}>", "exec")
     exec(code, glb)
     fn = glb[name]

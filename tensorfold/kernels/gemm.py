@@ -65,6 +65,7 @@ import numpy as np
 from numba import cuda
 
 from . import _device, affine
+from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, ldg_f32x4_2d, ldg_u32x4_2d
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 
@@ -686,6 +687,7 @@ def _build(name: str, src: str):
         "_M4": np.uint32(0x000F000F),
         "_MAGIC": np.uint32(0x43004300),
     }
+    src = single_assignment(src)
     exec(compile(src, f"<tensorfold.kernels.gemm:{name}>", "exec"), glb)
     fn = glb[name]
     fn.__module__ = __name__

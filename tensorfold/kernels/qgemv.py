@@ -53,12 +53,12 @@ B-fragments are built with the same permutation, which leaves each dot product u
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 
+from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 
@@ -372,43 +372,6 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
-_TEMP = re.compile(r"^(d[0-3]|qv|s[ab]|b[ab]|o|r|bf\d+_\d+_\d|sx\d+|p[ab]\d+_f?\d+)$")
-_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
-
-
-def _single_assignment(lines: list[str]) -> list[str]:
-    """Straight-line temporaries of the unrolled tile body (``_TEMP``: mma outputs, decoded pairs, B fragments,
-    scales, ...) renamed so that each assignment defines a new name (``d0`` -> ``d0__7``). The arithmetic is
-    untouched; numba's SSA reconstruction, which otherwise spends about half of a kernel's compile time on names
-    assigned dozens of times, has nothing left to do for them. Every temporary is assigned before it is used in the
-    body (none is carried across tiles), so a use always refers to the latest assignment above it."""
-    cur: dict = {}
-    serial = 0
-    out = []
-    for ln in lines:
-        code = ln.lstrip()
-        ind = ln[:len(ln) - len(code)]
-        m = re.match(r"([\w, ]+?)\s*(\+?=)\s(.*)$", code)
-        if m and not code.startswith(("if ", "elif ", "for ", "while ")):
-            lhs, op, rhs = m.group(1), m.group(2), m.group(3)
-            rhs = _IDENT.sub(lambda t: cur.get(t.group(0), t.group(0)), rhs)
-            names = [v.strip() for v in lhs.split(",")]
-            new = []
-            for v in names:
-                if _TEMP.match(v):
-                    if op == "+=":
-                        raise AssertionError(f"augmented temporary {v}")
-                    serial += 1
-                    cur[v] = f"{v}__{serial}"
-                    new.append(cur[v])
-                else:
-                    new.append(cur.get(v, v) if op == "+=" else v)
-            out.append(f"{ind}{', '.join(new)} {op} {rhs}")
-        else:
-            out.append(ind + _IDENT.sub(lambda t: cur.get(t.group(0), t.group(0)), code))
-    return out
-
-
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, tile: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
@@ -627,7 +590,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
-    body0 = len(L) + 1
     a("    for jt in range(ntw):")
     J = "        "
     bases(J, "n", "min(jt + 1, ntw - 1)")
@@ -700,7 +662,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{J}    else:")
                 a(f"{J}        ws[kz, r, o] = acc{m}_{n}_{h}")
                 a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
-    L[body0:] = _single_assignment(L[body0:])
     a(f"{J}obc = obn")
     for m in range(mt):
         if tile:
@@ -751,7 +712,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0):
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + ("_t" if tile else ""))
-        src = _gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile)
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
@@ -765,10 +726,13 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0):
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0):
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile)
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0, maxreg=0):
+    """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
+    peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile, maxreg)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile))
+        kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
+        _KCACHE[key] = cuda.jit(**kw)(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile))
     return _KCACHE[key]
 
 
@@ -796,6 +760,7 @@ class V3Plan:
     stages: int = 0  # > 0: the cp.async ring form for one-n-tile launches (1-4 rows) where it applies
     pb: int = 0  # x-preparation batch (0: the measured default)
     tile: int = 0  # 1: the weights are in ``tile_pack``'s layout (coalesced 16-byte loads)
+    occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM with registers capped to fit (not measured yet)
 
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
@@ -821,29 +786,42 @@ class V3Plan:
     def workspace_shape(self):
         return None if self.ks == 1 else (self.ks, 16, self.out)
 
-    def grid_x(self) -> int:
-        """blocks sharing one chunk (each prepares that chunk of x once)"""
+    def grid_x(self, nt: int = 2) -> int:
+        """blocks sharing one chunk (each prepares that chunk of x once); one-n-tile launches of a plan with
+        ``occ1`` use ``occ1`` blocks an SM instead (the launch geometry, never the chunking, so the same bits)"""
         ntile = -(-self.out // (16 * self.mt))
-        return max(1, min(-(-ntile // self.nw), self.blocks // self.ks))
+        blocks = self.occ1 * SMS if (self.occ1 and nt == 1) else self.blocks
+        return max(1, min(-(-ntile // self.nw), blocks // self.ks))
+
+    def maxreg_for(self, nt: int) -> int:
+        """the register cap of a launch of ``nt`` n-tiles (0: none): with ``occ1``, what lets ``occ1`` blocks of
+        ``tpb`` threads share an SM's 65,536 registers"""
+        if not self.occ1 or nt != 1:
+            return 0
+        return min(255, 65536 // (self.occ1 * self.tpb) // 8 * 8)
 
 
 # default tuning (the H200 comparison at 863b5bc / 12da6be, benchmarks/results/gemv3_2026-11-30_12da6be.md):
 # 4 warps, one 16-row tile, 4 groups an iteration, loads one iteration ahead, 396 blocks (3 a SM). Overridable for
-# benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,stages,pb" (stages: the cp.async ring for 1-4 rows, 0 = off;
-# pb: the x-preparation batch; neither measured on a GPU yet)
-_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0)
+# benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,stages,pb,occ1" (stages: the cp.async ring for 1-4 rows,
+# 0 = off; pb: the x-preparation batch; both slower at every shape on the H200 in session 11, see
+# benchmarks/results/session11_2026-11-30.md; occ1: blocks an SM for one-n-tile launches with registers capped to
+# fit, not measured yet)
+_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
+SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
 
 
 def _tuning():
     v = os.environ.get("TENSORFOLD_GEMV3", "")
     d = dict(_DEF)
     if v:
-        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb"], [int(p) for p in v.split(",")])))
+        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb", "occ1"],
+                          [int(p) for p in v.split(",")])))
     return d
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None, stages=None, pb=None, tile=0) -> V3Plan:
+         cg=None, stages=None, pb=None, tile=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -854,6 +832,8 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     blocks = blocks or tu["blocks"]
     stages = tu["stages"] if stages is None else stages
     pb = tu["pb"] if pb is None else pb
+    tile = tile or 0  # never from the environment: it needs tile_pack'ed weights, which the runtime does not make
+    occ1 = tu["occ1"] if occ1 is None else occ1
     ng = inp // group
     while u > 1 and ng % u:
         u //= 2
@@ -868,7 +848,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, tile)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, tile, occ1)
 
 
 def tile_shape(out: int, inp: int, bits: int, group: int):
@@ -940,12 +920,13 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
         nt = nt_for(n)
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.tile)
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.tile,
+                       p.maxreg_for(nt))
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
-        k[(p.grid_x(), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
+        k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
     return y
 
 

@@ -454,7 +454,9 @@ class Buffers:
         V = c.vocab_size
         R = rows
         self.rows, self.log_rows, self.att_rows = rows, log_rows, att_rows
-        d = cuda.device_array
+        # simulator: zeroed, so padding rows (never read back) compute on zeros instead of np.empty's garbage, which
+        # overflowed in their norms and printed warnings; on the GPU they stay uninitialized (no upload at start)
+        d = (lambda shape, dt: cuda.to_device(np.zeros(shape, dt))) if IS_SIM else cuda.device_array
         self.out_rows = out_rows = max(1, min(R, log_rows))  # rows whose logits a forward may ask for
         self.h, self.x, self.d, self.xs = d((R, H), f), d((R, H), f), d((R, H), f), d((out_rows, H), f)
         self.u = d((R, C + Vd + 2 * Hv), f)

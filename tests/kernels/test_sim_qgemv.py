@@ -197,3 +197,21 @@ def test_groups_an_iteration_and_depth_do_not_change_bits():
     _check(ys[0], *_ref(x, P, S, B, bits, group))
     for y in ys[1:]:
         assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32))
+
+
+def test_occupancy_knob_is_launch_geometry_only():
+    """occ1 changes only how many blocks share a chunk in one-n-tile launches (and the register cap on the GPU):
+    the chunking, hence every bit, stays; two-n-tile launches keep the plan's blocks."""
+    bits, group, out, K = 4, 64, 200, 512
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=2, depth=1, blocks=4)
+    occ = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=2, depth=1, blocks=4, occ1=1)
+    assert occ.grid_x(1) != base.grid_x(1) and occ.grid_x(2) == base.grid_x(2)
+    assert occ.maxreg_for(1) == 65536 // (1 * 64) // 8 * 8 or occ.maxreg_for(1) == 255
+    assert occ.maxreg_for(2) == 0 and base.maxreg_for(1) == 0
+    y0 = _go(P, S, B, x, base)
+    _check(y0, *_ref(x, P, S, B, bits, group))
+    y1 = _go(P, S, B, x, occ)
+    assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
+    assert not Q.counters().any()
