@@ -4,7 +4,8 @@
 # the x preparation). This call measures the occupancy knob `occ1` (one-n-tile launches with occ1 blocks an SM and
 # registers capped to fit; ptxas: 128 registers spill only outside the loop for u4 d1, 96 spill 2 loads in the loop
 # for u2 pb2) at one and eight rows, then decode end to end with the best candidate against the default.
-# A: GEMV table, then 9B decode (default vs occ1=4); B: 27B decode (default vs occ1=4), then 2B (default vs occ1=4).
+# A: GEMV table, then 9B decode (default vs occ1=4); B: 27B decode (default vs occ1=4), then 2B with qgemv + occ1=4 on
+# every shape (compare with the 2B default in session11_2026-11-30.md: 584 / 3,823 tok/s).
 set -u
 OUT=${OUT:-/tmp/next}
 CAP=${CAP:-560}
@@ -27,8 +28,10 @@ track_b() {
         TENSORFOLD_GEMV3=$v timeout 200 python3 benchmarks/bench_decode.py --geometry 27b --root /tmp/tfm27 --streams 1,8 \
             --prompts 512 --steps 20 --out "$OUT/b/decode_27b_$g.md" >"$OUT/b/decode_27b_$g.txt" 2>&1
     done
-    TENSORFOLD_GEMV3=$OCC timeout 140 python3 benchmarks/bench_decode.py --geometry 2b --root /tmp/tfm2 --streams 1,8 \
-        --prompts 512 --steps 30 --out "$OUT/b/decode_2b_occ.md" >"$OUT/b/decode_2b_occ.txt" 2>&1
+    # 2B: qgemv (with occ1) for every shape, against the shipped rule (qgemv for the head only)
+    TENSORFOLD_GEMV_V3=1 TENSORFOLD_GEMV3=$OCC timeout 140 python3 benchmarks/bench_decode.py --geometry 2b \
+        --root /tmp/tfm2 --streams 1,8 --prompts 512 --steps 30 --out "$OUT/b/decode_2b_occ_all.md" \
+        >"$OUT/b/decode_2b_occ_all.txt" 2>&1
 }
 ( timeout "$CAP" bash -c "$(declare -f track_a); OUT=$OUT OCC=$OCC track_a" ) &
 A=$!
