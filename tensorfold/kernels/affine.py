@@ -90,6 +90,7 @@ import numpy as np
 from numba import cuda
 
 from . import _device
+from . import _kcache
 from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
@@ -409,13 +410,7 @@ def _build(name: str, src: str, extra: dict | None = None):
     glb.update({k: globals()[k] for k in ("_ldf", "_ldf_u32x2", "_ldf_u32x4", "_ldf_f32x4", "_quad_sum", "_shfl2")
                 if k in globals()})
     glb.update(extra or {})
-    src = single_assignment(src)
-    code = compile(src, f"<tensorfold.kernels.affine:{name}>", "exec")
-    exec(code, glb)
-    fn = glb[name]
-    fn.__module__ = __name__
-    fn._tf_source = src
-    return fn
+    return _kcache.build(name, single_assignment(src), glb, __name__)
 
 
 def get_qgemv_pyfunc(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16", no: int | None = None):
@@ -433,7 +428,7 @@ def get_qgemv_kernel(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16",
     no = _no(rb) if no is None else no
     key = ("k", bits, group, rb, tpb, sk, no)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_qgemv_pyfunc(bits, group, rb, tpb, sk, no))
+        _KCACHE[key] = _kcache.jit(get_qgemv_pyfunc(bits, group, rb, tpb, sk, no))
     return _KCACHE[key]
 
 
@@ -882,7 +877,7 @@ def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = cuda.jit(**kw)(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth))
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth), **kw)
     return _KCACHE[key]
 
 
@@ -1228,7 +1223,7 @@ def get_qgemm_pyfunc(bits: int, group: int, sk: str = "bf16"):
 def get_qgemm_kernel(bits: int, group: int, sk: str = "bf16"):
     key = ("gk", bits, group, sk)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_qgemm_pyfunc(bits, group, sk))
+        _KCACHE[key] = _kcache.jit(get_qgemm_pyfunc(bits, group, sk))
     return _KCACHE[key]
 
 

@@ -65,6 +65,7 @@ import numpy as np
 from numba import cuda
 
 from . import _device, affine
+from . import _kcache
 from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, ldg_f32x4_2d, ldg_u32x4_2d
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
@@ -687,12 +688,7 @@ def _build(name: str, src: str):
         "_M4": np.uint32(0x000F000F),
         "_MAGIC": np.uint32(0x43004300),
     }
-    src = single_assignment(src)
-    exec(compile(src, f"<tensorfold.kernels.gemm:{name}>", "exec"), glb)
-    fn = glb[name]
-    fn.__module__ = __name__
-    fn._tf_source = src
-    return fn
+    return _kcache.build(name, single_assignment(src), glb, __name__)
 
 
 def _geo_name(geo) -> str:
@@ -710,7 +706,7 @@ def get_gemm_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO):
 def get_gemm_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO):
     key = ("k", bits, group, sk, tuple(geo))
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_gemm_pyfunc(bits, group, sk, geo))
+        _KCACHE[key] = _kcache.jit(get_gemm_pyfunc(bits, group, sk, geo))
     return _KCACHE[key]
 
 
@@ -1072,7 +1068,7 @@ def get_xprep_pyfunc(bits: int):
 def get_xprep_kernel(bits: int):
     key = ("xpk", bits)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_xprep_pyfunc(bits))
+        _KCACHE[key] = _kcache.jit(get_xprep_pyfunc(bits))
     return _KCACHE[key]
 
 
@@ -1087,7 +1083,7 @@ def get_xprep2_pyfunc(bits: int):
 def get_xprep2_kernel(bits: int):
     key = ("xp2k", bits)
     if key not in _KCACHE:
-        _KCACHE[key] = cuda.jit(get_xprep2_pyfunc(bits))
+        _KCACHE[key] = _kcache.jit(get_xprep2_pyfunc(bits))
     return _KCACHE[key]
 
 
@@ -1114,9 +1110,9 @@ def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3):
     if key not in _KCACHE:
         lb = (32 * geo[0] * geo[1], geo[5]) if len(geo) > 5 and geo[5] and not IS_SIM else None
         if lb:  # an optional 6th geometry entry: minimum resident blocks per SM (launch bounds; caps registers)
-            _KCACHE[key] = cuda.jit(launch_bounds=lb)(get_gemm3_pyfunc(bits, group, sk, geo))
+            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo), launch_bounds=lb)
         else:
-            _KCACHE[key] = cuda.jit(get_gemm3_pyfunc(bits, group, sk, geo))
+            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo))
     return _KCACHE[key]
 
 

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
+from . import _kcache
 from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
@@ -718,10 +719,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0):
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit}
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
-        exec(compile(src, f"<tensorfold.kernels.qgemv:{name}>", "exec"), glb)
-        fn = glb[name]
-        fn.__module__ = __name__
-        fn._tf_source = src
+        fn = _kcache.build(name, src, glb, __name__)
         _KCACHE[key] = fn
     return _KCACHE[key]
 
@@ -732,7 +730,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0, ma
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile, maxreg)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = cuda.jit(**kw)(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile))
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile), **kw)
     return _KCACHE[key]
 
 

@@ -1,0 +1,68 @@
+"""Generated kernels through module files (``TENSORFOLD_KERNEL_CACHE=1``, ``tensorfold.kernels._kcache``), in the
+simulator: the file-backed function is the generated source, gives the same bits as the ``exec``'d one on fresh
+random weights, is written once (a second build of the same kernel leaves the file and its time stamp alone), and
+a directory that cannot be written falls back to ``exec``. (numba's on-disk kernel cache itself needs a GPU.)"""
+
+import os
+
+import numpy as np
+
+from tensorfold.kernels import _kcache
+from tensorfold.kernels import affine as A
+from tensorfold.kernels import qgemv as Q
+from tensorfold.model import quant
+
+rng = np.random.default_rng()
+
+
+def _qgemv_run(P, S, B, x, p):
+    y = np.full((x.shape[0], P.shape[0]), np.nan, np.float32)
+    ws = np.full((p.ks, x.shape[0], P.shape[0]), np.nan, np.float32)
+    Q.launch(P, S, B, x, y, p, x.shape[0], ws=ws)
+    return y
+
+
+def test_files_same_bits_written_once(monkeypatch, tmp_path):
+    out, K, bits, group = 40, 256, 4, 64
+    P, S, B = quant.quantize(rng.standard_normal((out, K)).astype(np.float32), bits, group)
+    x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
+    p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=2, u=2, depth=1, blocks=2)
+    monkeypatch.setattr(Q, "_KCACHE", {})
+    monkeypatch.delenv("TENSORFOLD_KERNEL_CACHE", raising=False)
+    y0 = _qgemv_run(P, S, B, x, p)
+    f0 = Q.get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth)
+    assert not getattr(f0, "_tf_file", False)
+
+    monkeypatch.setenv("TENSORFOLD_KERNEL_CACHE", "1")
+    monkeypatch.setenv("TENSORFOLD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(Q, "_KCACHE", {})
+    y1 = _qgemv_run(P, S, B, x, p)
+    assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
+    f1 = Q.get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth)
+    path = f1.__code__.co_filename
+    assert f1._tf_file and path.startswith(str(tmp_path)) and os.path.dirname(path) == _kcache.cache_dir()
+    with open(path) as f:
+        assert f1._tf_source in f.read()
+    t0 = os.stat(path).st_mtime_ns
+    monkeypatch.setattr(Q, "_KCACHE", {})
+    f2 = Q.get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth)
+    assert f2.__code__.co_filename == path and os.stat(path).st_mtime_ns == t0
+
+    # the first tensor-core kernel through the same path
+    monkeypatch.setattr(A, "_KCACHE", {})
+    plan = A.plan_tc(out, K, bits, group)
+    y = np.full((3, out), np.nan, np.float32)
+    ws = np.full((plan.ks, 3, out), np.nan, np.float32) if plan.ks > 1 else None
+    A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
+    assert np.allclose(y, y0, rtol=1e-5, atol=1e-5 * np.abs(y0).max())
+    assert any(getattr(f, "_tf_file", False) for f in A._KCACHE.values() if callable(f) and hasattr(f, "__code__"))
+
+
+def test_unwritable_directory_falls_back(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TENSORFOLD_KERNEL_CACHE", "1")
+    monkeypatch.setenv("TENSORFOLD_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(Q, "_KCACHE", {})
+    f = Q.get_pyfunc(4, 64, 1, 2, 1, 2, 2, 1)
+    assert not getattr(f, "_tf_file", False) and f.__code__.co_filename.startswith("<tensorfold.kernels.qgemv")
