@@ -7,12 +7,12 @@
 # A: GEMV table, then 9B decode (default vs occ1=4); B: 27B decode (default vs occ1=4), then 2B with qgemv + occ1=4 on
 # every shape (compare with the 2B default in session11_2026-11-30.md: 584 / 3,823 tok/s).
 set -u
+. "$(dirname "$0")/_tracks.sh"
 OUT=${OUT:-/tmp/next}
 CAP=${CAP:-560}
 mkdir -p "$OUT/a" "$OUT/b"
 OCC="4,1,4,1,396,0,0,4"
 track_a() {
-    export CUDA_VISIBLE_DEVICES=0
     timeout 200 python3 benchmarks/bench_gemv3.py --shapes 0,1,2,3,5,6 --rows 1,8 --out "$OUT/a" \
         --configs "4,1,4,1,396;4,1,4,1,396,0,0,0,4;4,1,2,1,396,0,2,0,5;4,1,2,2,396,0,2,0,4" >"$OUT/a/gemv3.txt" 2>&1
     for g in default occ; do
@@ -22,7 +22,6 @@ track_a() {
     done
 }
 track_b() {
-    export CUDA_VISIBLE_DEVICES=1
     for g in default occ; do
         v=""; [ $g = occ ] && v=$OCC
         TENSORFOLD_GEMV3=$v timeout 200 python3 benchmarks/bench_decode.py --geometry 27b --root /tmp/tfm27 --streams 1,8 \
@@ -33,12 +32,6 @@ track_b() {
         --root /tmp/tfm2 --streams 1,8 --prompts 512 --steps 30 --out "$OUT/b/decode_2b_occ_all.md" \
         >"$OUT/b/decode_2b_occ_all.txt" 2>&1
 }
-( timeout "$CAP" bash -c "$(declare -f track_a); OUT=$OUT OCC=$OCC track_a" ) &
-A=$!
-( timeout "$CAP" bash -c "$(declare -f track_b); OUT=$OUT OCC=$OCC track_b" ) &
-B=$!
-wait $A; echo "track A exit $?" >>"$OUT/a/track.txt"
-wait $B; echo "track B exit $?" >>"$OUT/b/track.txt"
-tar -czf "$OUT/next.tar.gz" -C "$OUT" a b
+TRACK_VARS="OCC=$OCC" run_tracks next
 grep -hE "R=1|R=8" "$OUT/a/gemv3.txt" | head -60
 grep -E "decode |loaded" "$OUT"/a/decode_*.txt "$OUT"/b/decode_*.txt

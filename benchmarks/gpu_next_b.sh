@@ -6,11 +6,12 @@
 # B: the GPU tiers on this commit (the generated kernels now pass through kernels/_codegen.single_assignment;
 #    SASS identical offline, never run on a GPU): decode GEMV, qgemv, prompt GEMM, runtime.
 set -u
+. "$(dirname "$0")/_tracks.sh"
 OUT=${OUT:-/tmp/nextb}
 CAP=${CAP:-560}
 mkdir -p "$OUT/a" "$OUT/b"
 track_a() {
-    export CUDA_VISIBLE_DEVICES=0 TENSORFOLD_KERNEL_CACHE=1 TENSORFOLD_CACHE_DIR=/tmp/tfkc
+    export TENSORFOLD_KERNEL_CACHE=1 TENSORFOLD_CACHE_DIR=/tmp/tfkc
     for g in 27b 2b; do
         for k in 1 2; do
             timeout 140 python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm_$g --streams 1,8 --load-only \
@@ -22,15 +23,8 @@ track_a() {
         --steps 30 --out "$OUT/a/decode_2b_cache.md" >"$OUT/a/decode_2b_cache.txt" 2>&1
 }
 track_b() {
-    export CUDA_VISIBLE_DEVICES=1
     timeout 530 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short tests/kernels/test_gpu_qgemv.py \
         tests/runtime tests/kernels/test_gpu_gemm.py tests/kernels/test_gpu_gemv.py >"$OUT/b/gpu_tests.txt" 2>&1
 }
-( timeout "$CAP" bash -c "$(declare -f track_a); OUT=$OUT track_a" ) &
-A=$!
-( timeout "$CAP" bash -c "$(declare -f track_b); OUT=$OUT track_b" ) &
-B=$!
-wait $A; echo "track A exit $?" >>"$OUT/a/track.txt"
-wait $B; echo "track B exit $?" >>"$OUT/b/track.txt"
-tar -czf "$OUT/nextb.tar.gz" -C "$OUT" a b
+run_tracks nextb
 grep -hE "load:|loaded|decode " "$OUT"/a/*.txt; head -3 "$OUT/a/cache_size.txt"; tail -3 "$OUT/b/gpu_tests.txt"

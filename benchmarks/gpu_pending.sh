@@ -14,6 +14,7 @@
 #        then the v3 prompt GEMM's coalesced pre-pass (TENSORFOLD_XPREP=2) against the default.
 # Results go to $OUT/a, $OUT/b and are packed into $OUT/pending.tar.gz (the device returns few files).
 set -u
+. "$(dirname "$0")/_tracks.sh"
 OUT=${OUT:-/tmp/pending}
 CAP=${CAP:-540}
 ROOT=${ROOT:-/tmp/tfmodels}
@@ -21,7 +22,6 @@ mkdir -p "$OUT/a" "$OUT/b"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 
 track_a() {
-    export CUDA_VISIBLE_DEVICES=0
     timeout 170 python3 benchmarks/bench_gemv3.py --shapes 2,5,6 --rows 1,8 --out "$OUT/a" \
         --configs "4,1,4,1,396;4,1,2,1,396,0,2;4,1,2,1,396,4,2;4,1,4,1,396,3,2;4,1,2,1,528,4,2" \
         >"$OUT/a/gemv3.txt" 2>&1
@@ -33,7 +33,6 @@ track_a() {
 }
 
 track_b() {
-    export CUDA_VISIBLE_DEVICES=1
     timeout 260 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/kernels/test_gpu_qgemv.py \
         tests/kernels/test_gpu_gemv.py tests/runtime >"$OUT/b/gpu_tests.txt" 2>&1
     TENSORFOLD_GDN_FUSED=auto timeout 60 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
@@ -44,13 +43,7 @@ track_b() {
     done
 }
 
-( timeout "$CAP" bash -c "$(declare -f track_a); OUT=$OUT ROOT=${ROOT}_a track_a" ) &
-A=$!
-( timeout "$CAP" bash -c "$(declare -f track_b); OUT=$OUT ROOT=${ROOT}_b track_b" ) &
-B=$!
-wait $A; echo "track A exit $?" >>"$OUT/a/track.txt"
-wait $B; echo "track B exit $?" >>"$OUT/b/track.txt"
-tar -czf "$OUT/pending.tar.gz" -C "$OUT" a b gpu.txt
+TRACK_VARS="ROOT=${ROOT}" run_tracks pending gpu.txt
 grep -hE "R=1|R=8" "$OUT/a/gemv3.txt" | head -40
 grep -hE "decode |prompt " "$OUT"/a/decode_v3_*.txt "$OUT"/b/decode_fused_*.txt | head -40
 tail -2 "$OUT/b/fused_tests.txt"; tail -3 "$OUT/b/gpu_tests.txt"
