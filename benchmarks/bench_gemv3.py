@@ -6,8 +6,8 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,stages,pb,tile,occ1]`` (``qgemv.plan``'s knobs; tile 1 reads ``qgemv.tile_pack``'s
-layout: the random words are simply viewed in its shape). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
+A config is ``nw,mt,u,depth,blocks[,stages,pb,occ1]`` (``qgemv.plan``'s knobs; the tile-layout column of session
+11's calls, measured at b44290d and not adopted, is gone). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
 at one K, whose line gives a kernel's fixed cost and its streaming rate). Writes ``gemv3_<commit>.json`` and prints
 a table.
 """
@@ -114,17 +114,15 @@ def main(argv=None):
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                stages, pb, tile, occ1 = (list(c[5:9]) + [0, 0, 0, 0])[:4]
+                stages, pb, occ1 = (list(c[5:8]) + [0, 0, 0])[:3]
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
-                                     stages=stages, pb=pb, tile=tile, occ1=occ1)))
+                                     stages=stages, pb=pb, occ1=occ1)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
-                tshape = Q.tile_shape(out, inp, bits, group)
 
-                def mk(m, p=p, ws=ws, x=x, y=y, R=R, keep=_x, tshape=tshape):
-                    W = m[0].reshape(tshape) if getattr(p, "tile", 0) else m[0]
-                    return lambda s: A.launch_qgemv(W, m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
+                def mk(m, p=p, ws=ws, x=x, y=y, R=R, keep=_x):
+                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
 
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
                                launches=[mk(m) for m in mats])

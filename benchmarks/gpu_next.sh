@@ -14,7 +14,7 @@ mkdir -p "$OUT/a" "$OUT/b"
 OCC="4,1,4,1,396,0,0,4"
 track_a() {
     timeout 200 python3 benchmarks/bench_gemv3.py --shapes 0,1,2,3,5,6 --rows 1,8 --out "$OUT/a" \
-        --configs "4,1,4,1,396;4,1,4,1,396,0,0,0,4;4,1,2,1,396,0,2,0,5;4,1,2,2,396,0,2,0,4" >"$OUT/a/gemv3.txt" 2>&1
+        --configs "4,1,4,1,396;4,1,4,1,396,0,0,4;4,1,2,1,396,0,2,5;4,1,2,2,396,0,2,4" >"$OUT/a/gemv3.txt" 2>&1
     for g in default occ; do
         v=""; [ $g = occ ] && v=$OCC
         TENSORFOLD_GEMV3=$v timeout 170 python3 benchmarks/bench_decode.py --geometry 9b --root /tmp/tfm9 --streams 1,8 \

@@ -573,6 +573,39 @@ else:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# cp.async groups (sm_80+): ``cp_async_commit()`` closes the copies issued so far into a group,
+# ``CP_ASYNC_WAIT[n]()`` waits until at most n groups are still in flight. The simulator copies at issue time, so
+# both are no-ops there. (The copies themselves are the kernels' own: their shapes differ.)
+# ----------------------------------------------------------------------------------------------------------------
+
+if not IS_SIM:
+
+    def _asm_void(text):
+        def typer(typingctx):
+            sig = types.void()
+
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return intrinsic(typer)
+
+    cp_async_commit = _asm_void("cp.async.commit_group;")
+    CP_ASYNC_WAIT = {n: _asm_void(f"cp.async.wait_group {n};") for n in range(8)}
+
+else:
+
+    @cuda.jit(device=True)
+    def cp_async_commit():
+        pass
+
+    CP_ASYNC_WAIT = {n: cp_async_commit for n in range(8)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # a probe kernel so the compile tier checks every helper on every architecture
 # ----------------------------------------------------------------------------------------------------------------
 

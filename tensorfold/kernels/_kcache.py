@@ -22,6 +22,8 @@ import importlib.util
 import os
 import sys
 
+from numba import cuda
+
 from ._device import IS_SIM
 
 __all__ = ["files_on", "cache_on", "cache_dir", "load_generated"]
@@ -113,8 +115,6 @@ def build(name: str, src: str, glb: dict, module: str):
 
 def jit(fn, **kw):
     """``cuda.jit(**kw)(fn)``, with ``cache=True`` for file-backed functions when :func:`cache_on`."""
-    from numba import cuda
-
     if cache_on() and getattr(fn, "_tf_file", False):
         try:
             return cuda.jit(cache=True, **kw)(fn)

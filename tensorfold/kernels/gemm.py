@@ -67,7 +67,7 @@ from numba import cuda
 from . import _device, affine
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import IS_SIM, bf16_to_f32, ldg_f32x4_2d, ldg_u32x4_2d
+from ._device import CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, ldg_f32x4_2d, ldg_u32x4_2d
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 
 __all__ = ["launch_qgemm", "get_gemm_kernel", "get_gemm_pyfunc", "supported", "GEO", "COMPILE_SPECS", "HOT"]
@@ -216,19 +216,6 @@ if not IS_SIM:
     cp_async16 = intrinsic(_cp2)
     cp_async16_1d = intrinsic(_cp1)
 
-    def _asm_void(text):
-        def typer(typingctx):
-            sig = types.void()
-
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return intrinsic(typer)
-
     def _ld_typer(ndim):
         """``arr[idx...]`` without numba's negative-index wraparound (indices must be in range)."""
 
@@ -314,10 +301,6 @@ if not IS_SIM:
 
         return sig, codegen
 
-    cp_async_commit = _asm_void("cp.async.commit_group;")
-    cp_async_wait0 = _asm_void("cp.async.wait_group 0;")
-    cp_async_wait1 = _asm_void("cp.async.wait_group 1;")
-    cp_async_wait2 = _asm_void("cp.async.wait_group 2;")
 
 else:
 
@@ -354,12 +337,6 @@ else:
     @cuda.jit(device=True)
     def ld2(arr, r, i):
         return arr[r, i]
-
-    @cuda.jit(device=True)
-    def _sim_nop():
-        pass
-
-    cp_async_commit = cp_async_wait0 = cp_async_wait1 = cp_async_wait2 = _sim_nop
 
     @cuda.jit(device=True)
     def lds_u32x4(arr, i):
@@ -675,9 +652,9 @@ def _build(name: str, src: str):
         "cp_async16": cp_async16,
         "cp_async16_1d": cp_async16_1d,
         "cp_async_commit": cp_async_commit,
-        "cp_async_wait0": cp_async_wait0,
-        "cp_async_wait1": cp_async_wait1,
-        "cp_async_wait2": cp_async_wait2,
+        "cp_async_wait0": CP_ASYNC_WAIT[0],
+        "cp_async_wait1": CP_ASYNC_WAIT[1],
+        "cp_async_wait2": CP_ASYNC_WAIT[2],
         "mma_bf16": mma_bf16,
         "pack_bf16x2": pack_bf16x2,
         "fma_bf16x2": fma_bf16x2,
@@ -811,6 +788,31 @@ def smem3(bits: int, geo) -> int:
     return NSTG * (NWO * MT * 16 * 2 * bits + NWR * NT * 512) * 4
 
 
+def _emit_x16(a, bits: int, sum_to: str, base: str, vec_store: bool):
+    """xprep / xprep2's shared step (12 spaces in): x[xr, kb:kb+16] in four 16-byte loads, their sum in natural
+    order assigned through ``sum_to`` (``"s = s + "`` or ``"p = "``), and the four k-steps' bf16 hi / lo fragment
+    words stored from ``XF[base]`` on (one 16-byte store a k-step when ``vec_store``, else four 4-byte ones)."""
+    I = "            "
+    for k in range(4):
+        a(f"{I}v{k} = ldg_f32x4_2d(x, xr, kb{f' + {4 * k}' if k else ''})")
+
+    def xe(c):
+        return f"v{c // 4}[{c % 4}]"
+
+    a(f"{I}{sum_to}(" + " + ".join(xe(c) for c in range(16)) + ")")
+    a(f"{I}base = {base}")
+    for S in range(4):
+        c00, c01 = _pair_codes3(bits, S, 0)
+        c10, c11 = _pair_codes3(bits, S, 1)
+        a(f"{I}h0_{S}, l0_{S} = split_bf16x2({xe(c00)}, {xe(c01)})")
+        a(f"{I}h1_{S}, l1_{S} = split_bf16x2({xe(c10)}, {xe(c11)})")
+        if vec_store:
+            a(f"{I}stg_u32x4(XF, base + {S * 128}, h0_{S}, h1_{S}, l0_{S}, l1_{S})")
+        else:
+            for j, v in enumerate((f"h0_{S}", f"h1_{S}", f"l0_{S}", f"l1_{S}")):
+                a(f"{I}XF[base + {S * 128 + j}] = {v}")
+
+
 def _gen_xprep(name: str, bits: int) -> str:
     L = []
     a = L.append
@@ -827,25 +829,7 @@ def _gen_xprep(name: str, bits: int) -> str:
     a("        s = np.float32(0.0)")
     a("        for b in range(grp // 16):")
     a("            kb = gi * grp + b * 16")
-    a("            v0 = ldg_f32x4_2d(x, xr, kb)")
-    a("            v1 = ldg_f32x4_2d(x, xr, kb + 4)")
-    a("            v2 = ldg_f32x4_2d(x, xr, kb + 8)")
-    a("            v3 = ldg_f32x4_2d(x, xr, kb + 12)")
-
-    def xe(c):
-        return f"v{c // 4}[{c % 4}]"
-
-    a("            s = s + (" + " + ".join(xe(c) for c in range(16)) + ")")
-    a("            base = ((nt * KS + (kb >> 6) * 4) * 32 + gl * 4 + ((kb >> 4) & 3)) * 4")
-    for S in range(4):
-        c00, c01 = _pair_codes3(bits, S, 0)
-        c10, c11 = _pair_codes3(bits, S, 1)
-        a(f"            h0_{S}, l0_{S} = split_bf16x2({xe(c00)}, {xe(c01)})")
-        a(f"            h1_{S}, l1_{S} = split_bf16x2({xe(c10)}, {xe(c11)})")
-        a(f"            XF[base + {S * 128}] = h0_{S}")
-        a(f"            XF[base + {S * 128 + 1}] = h1_{S}")
-        a(f"            XF[base + {S * 128 + 2}] = l0_{S}")
-        a(f"            XF[base + {S * 128 + 3}] = l1_{S}")
+    _emit_x16(a, bits, "s = s + ", "((nt * KS + (kb >> 6) * 4) * 32 + gl * 4 + ((kb >> 4) & 3)) * 4", False)
     a("        SXT[gi, n] = s")
     return "\n".join(L) + "\n"
 
@@ -875,22 +859,7 @@ def _gen_xprep2(name: str, bits: int) -> str:
     a("        p = np.float32(0.0)")
     a("        if ok:")
     a("            kb = gi * grp + st * 64 + t * 16")
-    a("            v0 = ldg_f32x4_2d(x, xr, kb)")
-    a("            v1 = ldg_f32x4_2d(x, xr, kb + 4)")
-    a("            v2 = ldg_f32x4_2d(x, xr, kb + 8)")
-    a("            v3 = ldg_f32x4_2d(x, xr, kb + 12)")
-
-    def xe(c):
-        return f"v{c // 4}[{c % 4}]"
-
-    a("            p = (" + " + ".join(xe(c) for c in range(16)) + ")")
-    a("            base = ((nt * KS + (kb >> 6) * 4) * 32 + lane) * 4")
-    for S in range(4):
-        c00, c01 = _pair_codes3(bits, S, 0)
-        c10, c11 = _pair_codes3(bits, S, 1)
-        a(f"            h0_{S}, l0_{S} = split_bf16x2({xe(c00)}, {xe(c01)})")
-        a(f"            h1_{S}, l1_{S} = split_bf16x2({xe(c10)}, {xe(c11)})")
-        a(f"            stg_u32x4(XF, base + {S * 128}, h0_{S}, h1_{S}, l0_{S}, l1_{S})")
+    _emit_x16(a, bits, "p = ", "((nt * KS + (kb >> 6) * 4) * 32 + lane) * 4", True)
     a("        ps[tid] = p")
     a("        cuda.syncthreads()")
     a("        if ok and t == 0:")

@@ -60,11 +60,11 @@ from numba import cuda
 
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import IS_SIM, bf16_to_f32, devfn
+from ._device import CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 
-__all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "tile_pack", "tile_unpack",
-           "tile_shape", "COMPILE_SPECS", "HOT", "FORMATS"]
+__all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS", "HOT",
+           "FORMATS"]
 
 FORMATS = ((4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (2, 64), (2, 128))  # LW = 1, 2 or 4 words
 NCOUNTERS = 1 << 16
@@ -268,33 +268,6 @@ if not IS_SIM:
     cpa4 = _intrinsic(_cpa4)
     cpa8 = _intrinsic(_cpa8)
 
-    def _make_asm_void(text):
-        def typer(typingctx):
-            sig = _types.void()
-
-            def codegen(context, builder, sig, args):
-                asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), []), text, "~{memory}", side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return typer
-
-    def _commit(typingctx):
-        return _make_asm_void("cp.async.commit_group;")(typingctx)
-
-    cpa_commit = _intrinsic(_commit)
-    def _make_wait(n):
-        inner = _make_asm_void(f"cp.async.wait_group {n};")
-
-        def _w(typingctx):
-            return inner(typingctx)
-
-        return _intrinsic(_w)
-
-    _WAITS = {n: _make_wait(n) for n in range(8)}
-
 else:
 
     @cuda.jit(device=True)
@@ -308,15 +281,9 @@ else:
         old = int(ring[si])
         ring[si] = np.uint64((old & 0xFFFFFFFF00000000) | w) if half == 0 else np.uint64((old & 0xFFFFFFFF) | (w << 32))
 
-    @cuda.jit(device=True)
-    def cpa_commit():
-        pass
 
-    @cuda.jit(device=True)
-    def _sim_wait():
-        pass
 
-    _WAITS = {n: _sim_wait for n in range(8)}
+cpa_commit, _WAITS = cp_async_commit, CP_ASYNC_WAIT  # cp.async groups: _device's one definition
 
 
 @devfn
@@ -374,7 +341,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0, tile: int = 0) -> str:
+                stages: int = 0, pb: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -389,11 +356,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``pb``: x-preparation items a thread loads before using any (0: 8 for one n-tile, 4 for two). Larger batches
     take fewer L2 round trips and more registers (the kernel's register count is its peak: 140 -> 168 for the
-    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration).
-
-    ``tile`` = 1: ``W`` is in the tile layout of ``tile_pack`` (``[ntile16 * ng, 16 * wpg]``, rows padded to 16):
-    a lane's words of both its rows in one group are one contiguous ``2 * LW``-word load, and a warp's loads of a
-    group are one contiguous ``16 * wpg``-word block. Scales and biases keep their row layout."""
+    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration)."""
     lw, cl, steps = _lane_layout(bits, group)
     spg = group // 16
     wpg = group * bits // 32
@@ -405,8 +368,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     lds = {1: "ld_w1", 2: "ld_w2"}[swords]
     TR = 16 * mt
     if stages:
-        assert lw == 2 and u in (2, 4) and 2 <= stages <= 8 and stages - 1 <= nit and not tile
-    tld = {1: "ld_w2", 2: "ld_w4", 4: "ld_w4"}[lw]  # tile layout: a lane's 2 * LW words (8 words: two loads)
+        assert lw == 2 and u in (2, 4) and 2 <= stages <= 8 and stages - 1 <= nit
     npw = mt * 2 * u  # ring pieces (8 bytes a lane) of weights an iteration, then the scale / bias pieces
     NP = npw + mt * 2 * (1 if u == 2 else 2)
     L = []
@@ -423,9 +385,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a(f"    lastf = cuda.shared.array({nw * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
-    a("    out = S.shape[0]" if tile else "    out = W.shape[0]")
-    if tile:
-        a("    ngr = S.shape[1]")
+    a("    out = W.shape[0]")
     a("    bx = cuda.blockIdx.x")
     a("    kz = cuda.blockIdx.y")
     a("    ks = cuda.gridDim.y")
@@ -437,33 +397,22 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a(f"    G0 = kz * {cg}")
     a("    wpitch = W.shape[1]")
     a("    spitch = S.shape[1]")
-    a("    xpitch = x.shape[1]")
     a("    MAGIC = np.uint32(0x43004300) | (np.uint32(R) >> np.uint32(31))")
 
     def bases(ind, suf, jexpr):
         """row offsets (weights, scales) of the lane's rows in tile ``jexpr`` of this warp (rows clamped)"""
         a(f"{ind}ob{suf} = (wid + ({jexpr}) * nwt) * {TR}")
         for m in range(mt):
-            if tile:
-                a(f"{ind}woa{m}{suf} = (min(ob{suf} // 16 + {m}, (out - 1) // 16) * ngr + G0) * {16 * wpg} "
-                  f"+ lane * {2 * lw}")
             for h, dr in (("a", 0), ("b", 8)):
                 a(f"{ind}rr{suf} = min(ob{suf} + {16 * m + dr} + g, out - 1)")
-                if not tile:
-                    a(f"{ind}wo{h}{m}{suf} = rr{suf} * wpitch + G0 * {wpg} + t * {lw}")
+                a(f"{ind}wo{h}{m}{suf} = rr{suf} * wpitch + G0 * {wpg} + t * {lw}")
                 a(f"{ind}so{h}{m}{suf} = rr{suf} * spitch + G0")
 
     def loads(ind, pre, suf, it):
         """weight and scale / bias words of iteration ``it`` (a constant) of the tile whose bases end in ``suf``"""
         for m in range(mt):
-            if tile:
-                for uu in range(u):
-                    ws_ = [f"{pre}wa{m}_{uu}_{j}" for j in range(lw)] + [f"{pre}wb{m}_{uu}_{j}" for j in range(lw)]
-                    for c0 in range(0, 2 * lw, 4 if lw >= 2 else 2):
-                        n_ = min(4, 2 * lw - c0)
-                        a(f"{ind}{', '.join(ws_[c0:c0 + n_])} = {tld}(W, woa{m}{suf} + {(it * u + uu) * 16 * wpg + c0})")
             for h in ("a", "b"):
-                for uu in range(0 if tile else u):
+                for uu in range(u):
                     v = f"{pre}w{h}{m}_{uu}"
                     names = ", ".join(f"{v}_{j}" for j in range(lw))
                     a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {(it * u + uu) * wpg})")
@@ -665,11 +614,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
     a(f"{J}obc = obn")
     for m in range(mt):
-        if tile:
-            a(f"{J}woa{m}c = woa{m}n")
         for h in ("a", "b"):
-            if not tile:
-                a(f"{J}wo{h}{m}c = wo{h}{m}n")
+            a(f"{J}wo{h}{m}c = wo{h}{m}n")
             a(f"{J}so{h}{m}c = so{h}{m}n")
     if stages:
         a("    cpa_wait0()")  # no copy may still be landing in shared memory when the block ends
@@ -708,12 +654,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0):
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile)
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
-                + (f"_p{pb}" if pb else "") + ("_t" if tile else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile))
+                + (f"_p{pb}" if pb else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
@@ -724,13 +670,13 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0):
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, tile=0, maxreg=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile, maxreg)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, tile), **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb), **kw)
     return _KCACHE[key]
 
 
@@ -757,13 +703,12 @@ class V3Plan:
     blocks: int = 396
     stages: int = 0  # > 0: the cp.async ring form for one-n-tile launches (1-4 rows) where it applies
     pb: int = 0  # x-preparation batch (0: the measured default)
-    tile: int = 0  # 1: the weights are in ``tile_pack``'s layout (coalesced 16-byte loads)
     occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM with registers capped to fit (not measured yet)
 
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
         x fragments in 48 KB of static shared memory, so two-n-tile launches keep the register ring"""
-        if not self.stages or self.tile or nt != 1 or self.group * self.bits // 128 != 2 or self.u not in (2, 4):
+        if not self.stages or nt != 1 or self.group * self.bits // 128 != 2 or self.u not in (2, 4):
             return 0
         st = min(self.stages, self.cg // self.u + 1)
         np_ = self.mt * 2 * self.u + self.mt * 2 * (1 if self.u == 2 else 2)
@@ -819,7 +764,7 @@ def _tuning():
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None, stages=None, pb=None, tile=None, occ1=None) -> V3Plan:
+         cg=None, stages=None, pb=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -830,7 +775,6 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     blocks = blocks or tu["blocks"]
     stages = tu["stages"] if stages is None else stages
     pb = tu["pb"] if pb is None else pb
-    tile = tile or 0  # never from the environment: it needs tile_pack'ed weights, which the runtime does not make
     occ1 = tu["occ1"] if occ1 is None else occ1
     ng = inp // group
     while u > 1 and ng % u:
@@ -846,39 +790,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, tile, occ1)
-
-
-def tile_shape(out: int, inp: int, bits: int, group: int):
-    """Shape of ``tile_pack``'s array: one row of ``16 * wpg`` words per (16-row tile, group)."""
-    return (-(-out // 16) * (inp // group), 16 * (group * bits // 32))
-
-
-def tile_pack(P: np.ndarray, bits: int, group: int) -> np.ndarray:
-    """MLX-packed words ``P[out, in * bits / 32]`` -> the tile layout: rows padded to 16 with zero words, then per
-    (16-row tile, group) the 32 lanes' chunks in lane order, lane ``(g, t)`` holding its ``LW`` words of row ``g``
-    then of row ``g + 8`` (the words ``t * LW ..`` of the group that the kernel's lane layout gives it). A
-    permutation of the words (plus the padding): every code keeps its bits."""
-    out, wpr = P.shape
-    wpg = group * bits // 32
-    lw = wpg // 4
-    ng = wpr // wpg
-    T = -(-out // 16)
-    Q = np.zeros((T * 16, wpr), np.uint32)
-    Q[:out] = P
-    # [T, ab, g, ng, t, LW] -> [T, ng, g, t, ab, LW]
-    Q = Q.reshape(T, 2, 8, ng, 4, lw).transpose(0, 3, 2, 4, 1, 5)
-    return np.ascontiguousarray(Q).reshape(T * ng, 16 * wpg)
-
-
-def tile_unpack(Tl: np.ndarray, out: int, bits: int, group: int) -> np.ndarray:
-    """``tile_pack``'s inverse (the MLX words of the first ``out`` rows)."""
-    wpg = group * bits // 32
-    lw = wpg // 4
-    T = -(-out // 16)
-    ng = Tl.shape[0] // T
-    Q = Tl.reshape(T, ng, 8, 4, 2, lw).transpose(0, 4, 2, 1, 3, 5)
-    return np.ascontiguousarray(Q).reshape(T * 16, ng * wpg)[:out]
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
 
 
 _COUNTERS: dict = {}
@@ -907,10 +819,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
     when ks > 1 (the chunks' partial sums; the launches reuse it in turn)."""
-    out = S.shape[0]
-    if p.tile and W.shape != tile_shape(out, p.inp, p.bits, p.group):
-        raise ValueError(f"qgemv: a tile-layout plan needs W of shape {tile_shape(out, p.inp, p.bits, p.group)} "
-                         f"(tile_pack), got {W.shape}")
+    out = W.shape[0]
     if -(-out // (16 * p.mt)) > NCOUNTERS:
         raise ValueError(f"qgemv: {out} rows need more than {NCOUNTERS} arrival counters")
     if p.ks > 1 and ws is None:
@@ -918,8 +827,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
         nt = nt_for(n)
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.tile,
-                       p.maxreg_for(nt))
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:

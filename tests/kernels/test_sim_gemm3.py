@@ -14,33 +14,11 @@ import pytest
 
 from tensorfold.kernels import gemm as G
 from tensorfold.model import bf16, quant
-from tensorfold.reference import ops
+from test_sim_gemm import _check, _rand_q, _ref  # the v1 file's random MLX weights, float64 oracle and bound
 
 rng = np.random.default_rng()
 
 SMALL = (1, 1, 1, 1, 2)  # 1 warp: 16 outputs x 8 rows per block, 2 stages
-
-
-def _rand_q(out, inp, bits, group, sdtype="bf16"):
-    P = rng.integers(0, 2**32, (out, inp * bits // 32), dtype=np.uint64).astype(np.uint32)
-    s = (rng.standard_normal((out, inp // group)) * 0.02).astype(np.float32)
-    b = (rng.standard_normal((out, inp // group)) * 0.02).astype(np.float32)
-    if sdtype == "bf16":
-        return P, bf16.from_f32(s), bf16.from_f32(b)
-    dt = np.float16 if sdtype == "f16" else np.float32
-    return P, s.astype(dt), b.astype(dt)
-
-
-def _ref(x, P, S, B, bits, group):
-    W = ops.affine_dequant(P, S, B, bits, group).astype(np.float64)
-    x = x.astype(np.float64)
-    return x @ W.T, np.abs(x) @ np.abs(W).T
-
-
-def _check(y, ref, bound, tol=1e-5):
-    assert not np.isnan(y).any(), "NaN / unwritten output"
-    err = np.abs(y - ref)
-    assert (err <= tol * bound).all(), f"max err/bound {(err / bound).max():.3e} (tol {tol})"
 
 
 def _run(P, S, B, x, bits, group, geo=SMALL, R=None, ws=None, impl="v3"):

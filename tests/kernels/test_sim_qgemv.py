@@ -138,52 +138,6 @@ def test_non_bf16_scales_plan_the_first_kernels(monkeypatch):
         A.launch_qgemv(P, S32, B32, x, y, bits, group, A.plan_qgemv(out, K, bits, group))
 
 
-@pytest.mark.parametrize("bits,group", Q.FORMATS)
-def test_tile_pack_is_a_permutation(bits, group):
-    """tile_pack only moves words (and pads rows to 16 with zero words): unpack gives the MLX words back, and the
-    packed array holds exactly the same multiset of words plus the padding."""
-    out, K = 40, 512
-    P, _, _ = _case(bits, group, out, K)
-    T = Q.tile_pack(P, bits, group)
-    assert T.shape == Q.tile_shape(out, K, bits, group)
-    assert np.array_equal(Q.tile_unpack(T, out, bits, group), P)
-    pad = np.zeros(T.size - P.size, np.uint32)
-    assert np.array_equal(np.sort(T.ravel()), np.sort(np.concatenate([P.ravel(), pad])))
-    # lane (g, t) of tile 0, group 1: its LW words of row g, then of row g + 8
-    wpg = group * bits // 32
-    lw = wpg // 4
-    g, t = 5, 3
-    lane = g * 4 + t
-    chunk = T[1, lane * 2 * lw:(lane + 1) * 2 * lw]
-    assert np.array_equal(chunk[:lw], P[g, wpg + t * lw:wpg + (t + 1) * lw])
-    assert np.array_equal(chunk[lw:], P[g + 8, wpg + t * lw:wpg + (t + 1) * lw])
-
-
-@pytest.mark.parametrize("bits,group,mt,ks", [(4, 64, 1, 2), (4, 64, 2, 1), (8, 32, 1, 2), (2, 128, 1, 1),
-                                              (4, 128, 1, 2), (2, 64, 1, 2)])
-def test_tile_layout_same_bits(bits, group, mt, ks):
-    """The kernel reading tile_pack's layout (one contiguous load a lane and group) gives the same bits as the
-    MLX-layout kernel, 1-6 rows (one and two n-tiles), rows not a multiple of 16 (padded tile)."""
-    out, K = 72, 512
-    P, S, B = _case(bits, group, out, K)
-    x = (rng.standard_normal((6, K)) * 3).astype(np.float32)
-    ng = K // group
-    cg = ng // ks
-    u = 2 if cg % 2 == 0 else 1
-    kw = dict(nw=2, mt=mt, cg=cg, u=u, depth=1, blocks=4)
-    base = Q.V3Plan(out, K, bits, group, **kw)
-    tiled = Q.V3Plan(out, K, bits, group, **kw, tile=1)
-    T = Q.tile_pack(P, bits, group)
-    for R in (1, 6):
-        y0 = _go(P, S, B, x[:R], base)
-        _check(y0, *_ref(x[:R], P, S, B, bits, group))
-        y1 = _go(T, S, B, x[:R], tiled)
-        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), R
-    assert not Q.counters().any()
-    with pytest.raises(ValueError, match="tile_pack"):
-        _go(P, S, B, x[:1], tiled)
-
-
 def test_groups_an_iteration_and_depth_do_not_change_bits():
     """u (groups an iteration) and depth (iterations of loads in flight) only reorder loads, never the arithmetic:
     plans differing only in them give the same bits (so a launch may pick them by its n-tile count)."""
