@@ -20,7 +20,7 @@ track_a() {
     for g in default occ; do
         v=""; [ $g = occ ] && v=$OCC
         TENSORFOLD_GEMV3=$v timeout 130 python3 benchmarks/bench_decode.py --geometry 27b --root /tmp/tfm_27b \
-            --streams 1,8 --steps 20 --out "$OUT/a/decode_27b_$g.md" >"$OUT/a/decode_27b_$g.txt" 2>&1
+            --streams 1,8 --prompts 512 --steps 20 --out "$OUT/a/decode_27b_$g.md" >"$OUT/a/decode_27b_$g.txt" 2>&1
     done
     for k in 1 2; do
         timeout 60 python3 benchmarks/bench_decode.py --geometry 2b --root /tmp/tfm_2b --streams 1,8 --load-only \
