@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda
 
 from ._device import IS_SIM, devfn
+from . import _kcache
 
 __all__ = ["silu_mul_k", "silu_mul_fused_k", "sigmoid_gate_k", "launch_silu_mul", "launch_silu_mul_fused",
            "launch_sigmoid_gate", "COMPILE_SPECS", "HOT"]
@@ -34,7 +35,7 @@ def sigmoid_f32(x):
     return e / (np.float32(1.0) + e)
 
 
-@cuda.jit
+@_kcache.kjit
 def silu_mul_k(g, u, y):
     R, n = g.shape
     i = cuda.grid(1)
@@ -47,7 +48,7 @@ def silu_mul_k(g, u, y):
         i += step
 
 
-@cuda.jit
+@_kcache.kjit
 def silu_mul_fused_k(gu, y):
     R, n = y.shape
     i = cuda.grid(1)
@@ -60,7 +61,7 @@ def silu_mul_fused_k(gu, y):
         i += step
 
 
-@cuda.jit
+@_kcache.kjit
 def sigmoid_gate_k(o, g, y):
     R, n = o.shape
     i = cuda.grid(1)

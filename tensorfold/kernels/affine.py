@@ -449,7 +449,7 @@ def _splitk_reduce_py(ws, y, R):
         i += step
 
 
-_splitk_reduce = cuda.jit(_splitk_reduce_py)
+_splitk_reduce = _kcache.kjit(_splitk_reduce_py)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from tensorfold.kernels._device import FULL_MASK, IS_SIM, devfn, warp_max, warp_sum
+from . import _kcache
 
 SWU = 64  # split width unit (keys)
 SWS = 32  # split width of short rows
@@ -705,14 +706,14 @@ COMPILE_SPECS += [(_partials_py("f32", 2), _sig_partials("float32")), (attn_merg
 HOT = {f"attn_partials_{f}_g{g}" for f in ("bf16", "e4m3") for g in (4, 6)} | {"attn_merge"}
 
 _KP: dict = {}
-k_merge = cuda.jit(attn_merge)
+k_merge = _kcache.kjit(attn_merge)
 _NBLK: list = []
 
 
 def _kernel(fmt, G):
     key = (fmt, G)
     if key not in _KP:
-        _KP[key] = cuda.jit(_partials_py(fmt, G))
+        _KP[key] = _kcache.kjit(_partials_py(fmt, G))
     return _KP[key]
 
 

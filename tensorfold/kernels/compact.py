@@ -26,6 +26,7 @@ from __future__ import annotations
 from numba import cuda, float32, int32
 
 from tensorfold.kernels._device import IS_SIM
+from . import _kcache
 
 VS = 32
 NW = 4
@@ -173,9 +174,9 @@ COMPILE_SPECS = [
 ]
 HOT: set = set()
 
-k_gdn_commit = cuda.jit(gdn_commit)
-k_conv_commit = cuda.jit(conv_commit)
-k_kv_compact = cuda.jit(kv_compact)
+k_gdn_commit = _kcache.kjit(gdn_commit)
+k_conv_commit = _kcache.kjit(conv_commit)
+k_kv_compact = _kcache.kjit(kv_compact)
 
 
 def launch_gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf, *, stream=0):

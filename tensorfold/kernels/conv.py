@@ -25,6 +25,8 @@ import math
 import numpy as np
 from numba import cuda, float32
 
+from . import _kcache
+
 MAXK = 8
 
 
@@ -71,7 +73,7 @@ _SIG = ("void(float32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32[::1], 
 COMPILE_SPECS = [(conv_rows, _SIG)]
 HOT = {"conv_rows"}
 
-k_conv_rows = cuda.jit(conv_rows)
+k_conv_rows = _kcache.kjit(conv_rows)
 
 
 def launch_conv(x, w, tail, row_slot, parent, y, xlog, *, stream=0, blocks=None, threads=256):

@@ -57,6 +57,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from ._device import FULL_MASK, IS_SIM, devfn, warp_sum
+from . import _kcache
 from .conv import silu32
 
 VS = 32  # value columns per block (one warp's lanes)
@@ -1008,14 +1009,14 @@ COMPILE_SPECS = [
 ] + [(_INTER_PY[w], SIG_INTER) for w in INTER_WIDTHS if w != VS]
 HOT = {"gdn_recurrent", "gdn_step", "gdn_fused_recurrent", "gdn_fused_step"}
 
-k_gates = cuda.jit(gdn_gates_kernel)
-k_recurrent = cuda.jit(gdn_recurrent)
-k_step = cuda.jit(gdn_step)
-k_fused_recurrent = cuda.jit(gdn_fused_recurrent)
-k_fused_step = cuda.jit(gdn_fused_step)
-k_prep = cuda.jit(gdn_prep)
-k_chunk_intra = cuda.jit(gdn_chunk_intra)
-k_chunk_inter = cuda.jit(gdn_chunk_inter)
+k_gates = _kcache.kjit(gdn_gates_kernel)
+k_recurrent = _kcache.kjit(gdn_recurrent)
+k_step = _kcache.kjit(gdn_step)
+k_fused_recurrent = _kcache.kjit(gdn_fused_recurrent)
+k_fused_step = _kcache.kjit(gdn_fused_step)
+k_prep = _kcache.kjit(gdn_prep)
+k_chunk_intra = _kcache.kjit(gdn_chunk_intra)
+k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
 _K_INTER = {VS: k_chunk_inter}
 
 
@@ -1030,7 +1031,7 @@ def inter_width(width=None) -> int:
 
 def _inter_kernel(w):
     if w not in _K_INTER:
-        _K_INTER[w] = cuda.jit(_INTER_PY[w])
+        _K_INTER[w] = _kcache.kjit(_INTER_PY[w])
     return _K_INTER[w]
 
 

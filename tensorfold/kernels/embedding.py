@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda
 
 from ._device import IS_SIM, bf16_to_f32, devfn
+from . import _kcache
 
 __all__ = ["embed_affine_bf16_k", "embed_affine_f32_k", "embed_dense_k", "launch_embed_affine", "launch_embed_dense",
            "COMPILE_SPECS", "HOT"]
@@ -59,11 +60,11 @@ embed_affine_bf16_py = _make_affine(bf16_to_f32)
 embed_affine_bf16_py.__name__ = "embed_affine_bf16_k"
 embed_affine_f32_py = _make_affine(_id_f32)
 embed_affine_f32_py.__name__ = "embed_affine_f32_k"
-embed_affine_bf16_k = cuda.jit(embed_affine_bf16_py)
-embed_affine_f32_k = cuda.jit(embed_affine_f32_py)
+embed_affine_bf16_k = _kcache.kjit(embed_affine_bf16_py)
+embed_affine_f32_k = _kcache.kjit(embed_affine_f32_py)
 
 
-@cuda.jit
+@_kcache.kjit
 def embed_dense_k(ids, W, y):
     n, H = y.shape
     i = cuda.grid(1)

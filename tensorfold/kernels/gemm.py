@@ -885,7 +885,9 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3) -> str:
     NCW, NCX = BO * CW, NNT * 128
     uW, uX = -(-NCW // TPB), -(-NCX // TPB)
     LW = bits // 2  # words a lane reads per weight row per stage (2 for 4 bits, 4 for 8 bits)
-    assert smem3(bits, geo) <= SMEM_LIMIT, (geo, smem3(bits, geo))
+    if smem3(bits, geo) > SMEM_LIMIT:
+        raise ValueError(f"gemm v3 geometry {geo} at {bits} bits needs {smem3(bits, geo)} bytes of shared memory "
+                         f"(limit {SMEM_LIMIT})")
     assert 2 <= NSTG <= 4 and RPAD % BR == 0
     L = []
     a = L.append

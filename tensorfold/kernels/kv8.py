@@ -27,6 +27,7 @@ import numpy as np
 from numba import cuda, float32
 
 from tensorfold.kernels._device import IS_SIM, f32_to_bf16, f32_to_e4m3
+from . import _kcache
 
 NT = 32 if IS_SIM else 128  # the simulator runs a Python thread per GPU thread
 MAXHD = 256
@@ -171,9 +172,9 @@ COMPILE_SPECS = [
 HOT = {"qk_norm_rope_store_bf16", "qk_norm_rope_store_e4m3"}
 
 _K = {
-    np.dtype(np.float32): cuda.jit(qk_norm_rope_store_f32),
-    np.dtype(np.uint16): cuda.jit(qk_norm_rope_store_bf16),
-    np.dtype(np.uint8): cuda.jit(qk_norm_rope_store_e4m3),
+    np.dtype(np.float32): _kcache.kjit(qk_norm_rope_store_f32),
+    np.dtype(np.uint16): _kcache.kjit(qk_norm_rope_store_bf16),
+    np.dtype(np.uint8): _kcache.kjit(qk_norm_rope_store_e4m3),
 }
 
 

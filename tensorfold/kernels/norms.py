@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda
 
 from ._device import IS_SIM, devfn, warp_sum
+from . import _kcache
 
 __all__ = ["add_rms_norm_k", "rms_norm_k", "gated_rms_norm_k", "launch_add_rms_norm", "launch_rms_norm",
            "launch_gated_rms_norm", "COMPILE_SPECS", "HOT"]
@@ -120,9 +121,9 @@ def gated_rms_norm_k(o, z, w, y, eps, head_dim, act):
                 y[r, c0 + c] = o[r, c0 + c] * inv * w[c] * g
 
 
-add_rms_norm_k = cuda.jit(add_rms_norm_k)
-rms_norm_k = cuda.jit(rms_norm_k)
-gated_rms_norm_k = cuda.jit(gated_rms_norm_k)
+add_rms_norm_k = _kcache.kjit(add_rms_norm_k)
+rms_norm_k = _kcache.kjit(rms_norm_k)
+gated_rms_norm_k = _kcache.kjit(gated_rms_norm_k)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ def get_norm_v_pyfunc(vpt: int, add: bool):
 def get_norm_v_kernel(vpt: int, add: bool):
     key = ("k", vpt, add)
     if key not in _VCACHE:
-        _VCACHE[key] = cuda.jit(get_norm_v_pyfunc(vpt, add))
+        _VCACHE[key] = _kcache.kjit(get_norm_v_pyfunc(vpt, add))
     return _VCACHE[key]
 
 

@@ -47,6 +47,7 @@ import numpy as np
 from numba import cuda
 
 from ._device import FULL_MASK, IS_SIM, devfn, ldg_f32x4_2d, warp_max, warp_sum, warp_sum_i
+from . import _kcache
 
 __all__ = ["sample_k", "amax_k", "launch_sample", "launch_argmax", "sample_workspace", "argmax_workspace",
            "COMPILE_SPECS", "HOT", "SAMPLE_TPB", "BLOCKS_PER_ROW", "AMAX_G"]
@@ -1092,14 +1093,14 @@ gather_py = gather_k
 select_py = select_k
 dsum_py = dsum_k
 draw_py = draw_k
-sample_k = cuda.jit(sample_k)
-amax_k = cuda.jit(amax_k)
-hist_k = cuda.jit(hist_k)
-plan_k = cuda.jit(plan_k)
-gather_k = cuda.jit(gather_k)
-select_k = cuda.jit(select_k)
-dsum_k = cuda.jit(dsum_k)
-draw_k = cuda.jit(draw_k)
+sample_k = _kcache.kjit(sample_k)
+amax_k = _kcache.kjit(amax_k)
+hist_k = _kcache.kjit(hist_k)
+plan_k = _kcache.kjit(plan_k)
+gather_k = _kcache.kjit(gather_k)
+select_k = _kcache.kjit(select_k)
+dsum_k = _kcache.kjit(dsum_k)
+draw_k = _kcache.kjit(draw_k)
 
 PASS_TPB = FIN_TPB  # row-slice passes of sampled rows: dsum_k's per-thread chunks are what draw_k re-walks
 BLOCKS_PER_ROW = 3 if IS_SIM else 64  # sampled passes: 248320 / 64 = 3880 logits (15 KB) per block

@@ -141,7 +141,9 @@ def test_v3_geometries_bit_identical(bits, group):
     dP, dS, dB, dx = (cuda.to_device(a) for a in (P, S, B, x))
     base = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3")
     _check(base, x, _dequant(P, S, B, bits, group), f"v3 default {G.geo3(bits, group)} {bits}-bit g{group}")
-    for geo in V3_GEOS:
+    geos = [g for g in V3_GEOS if G.smem3(bits, g) <= G.SMEM_LIMIT]  # 8-bit tiles of depth 3 exceed shared memory
+    assert len(geos) >= 4, geos
+    for geo in geos:
         yg = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3", geo)
         assert np.array_equal(yg.view(np.uint32), base.view(np.uint32)), f"geo {geo} != default"
 

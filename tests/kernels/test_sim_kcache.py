@@ -66,3 +66,47 @@ def test_unwritable_directory_falls_back(monkeypatch, tmp_path):
     monkeypatch.setattr(Q, "_KCACHE", {})
     f = Q.get_pyfunc(4, 64, 1, 2, 1, 2, 2, 1)
     assert not getattr(f, "_tf_file", False) and f.__code__.co_filename.startswith("<tensorfold.kernels.qgemv")
+
+
+def test_default_and_switch(monkeypatch):
+    """Unset: module files on a GPU, off in the simulator; "1" / "0" force either way."""
+    from tensorfold.kernels._device import IS_SIM
+
+    monkeypatch.delenv("TENSORFOLD_KERNEL_CACHE", raising=False)
+    assert _kcache.files_on() is (not IS_SIM)
+    monkeypatch.setenv("TENSORFOLD_KERNEL_CACHE", "0")
+    assert not _kcache.files_on() and not _kcache.cache_on()
+    monkeypatch.setenv("TENSORFOLD_KERNEL_CACHE", "1")
+    assert _kcache.files_on()
+    assert _kcache.cache_on() is (not IS_SIM)
+
+
+def _captures_function():
+    def helper(v):
+        return v
+
+    def kern(x):
+        x[0] = helper(x[0])
+    return kern
+
+
+def _captures_flags(flag, width):
+    def kern(x):
+        if flag:
+            x[0] = width
+    return kern
+
+
+def test_cacheable():
+    """Plain module functions and closures over constants can be keyed by numba's cache; closures over other objects
+    and exec'd sources (no file) cannot."""
+    from tensorfold.kernels import delta_rule, norms
+
+    assert _kcache.cacheable(norms.rms_norm_k.py_func)
+    assert _kcache.cacheable(delta_rule.gdn_step)  # closure over two bools
+    assert _kcache.cacheable(_captures_flags(True, np.int32(3)))
+    assert _kcache.cacheable(_captures_flags(False, (1, 2.5, "x")))
+    assert not _kcache.cacheable(_captures_function())
+    glb: dict = {}
+    exec(compile("def f(x):\n    x[0] = 1\n", "<generated>", "exec"), glb)
+    assert not _kcache.cacheable(glb["f"])

@@ -1,0 +1,70 @@
+"""GPU tier: numba's on-disk kernel cache under ``_kcache`` (on by default on a GPU). Two fresh processes run a
+hand-written kernel (``norms.rms_norm_k``, through ``_kcache.kjit``) and a generated one (qgemv) on the same fresh
+random inputs with one cache directory: the first compiles and writes index / data files there, the second loads
+them (no new data file appears) and gives the same bits; both meet the numpy oracles."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from numba import cuda
+    from tensorfold.kernels import norms, qgemv as Q
+    d = np.load(sys.argv[1])
+    x, w = d["x"], d["w"]
+    y = cuda.device_array(x.shape, np.float32)
+    norms.launch_rms_norm(cuda.to_device(x), cuda.to_device(w), y, 1e-6, vec=False)
+    P, S, B, xv = d["P"], d["S"], d["B"], d["xv"]
+    p = Q.V3Plan(P.shape[0], xv.shape[1], 4, 64, nw=4, mt=1, cg=4, u=4, depth=1, blocks=8)
+    yq = cuda.device_array((xv.shape[0], P.shape[0]), np.float32)
+    ws = cuda.device_array((p.ks, xv.shape[0], P.shape[0]), np.float32)
+    Q.launch(cuda.to_device(P), cuda.to_device(S), cuda.to_device(B), cuda.to_device(xv), yq, p, xv.shape[0], ws=ws)
+    np.savez(sys.argv[2], y=y.copy_to_host(), yq=yq.copy_to_host())
+""")
+
+
+def _files(root):
+    out = set()
+    for d, _, fs in os.walk(root):
+        out |= {os.path.join(d, f) for f in fs if f.endswith((".nbi", ".nbc"))}
+    return out
+
+
+def test_cache_written_then_loaded(tmp_path):
+    from tensorfold.model import quant
+    from tensorfold.reference import ops
+
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((5, 2048)) * 2).astype(np.float32)
+    w = (1 + 0.3 * rng.standard_normal(2048)).astype(np.float32)
+    P, S, B = quant.quantize(rng.standard_normal((256, 1024)).astype(np.float32), 4, 64)
+    xv = rng.standard_normal((2, 1024)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, w=w, P=P, S=S, B=B, xv=xv)
+    (tmp_path / "run.py").write_text(_SCRIPT)
+    env = dict(os.environ, TENSORFOLD_KERNEL_CACHE="1", TENSORFOLD_CACHE_DIR=str(tmp_path / "cache"),
+               NUMBA_ENABLE_CUDASIM="0")
+    outs, seen = [], []
+    for k in range(2):
+        r = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "in.npz"),
+                            str(tmp_path / f"out{k}.npz")], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs.append(np.load(tmp_path / f"out{k}.npz"))
+        seen.append(_files(tmp_path / "cache"))
+    nbc0 = {f for f in seen[0] if f.endswith(".nbc")}
+    assert any("norms" in f for f in nbc0) and any("qgemv3" in f for f in nbc0), sorted(seen[0])
+    assert {f for f in seen[1] if f.endswith(".nbc")} == nbc0, "the second process compiled again"
+    for key in ("y", "yq"):
+        assert np.array_equal(outs[0][key].view(np.uint32), outs[1][key].view(np.uint32)), key
+    ref = ops.rms_norm(x.astype(np.float64), w.astype(np.float64), 1e-6)
+    assert np.abs(outs[0]["y"] - ref).max() <= 1e-5 * np.abs(ref).max()
+    Wd = quant.dequantize(P, S, B, 4, 64).astype(np.float64)
+    refq = xv.astype(np.float64) @ Wd.T
+    assert np.abs(outs[0]["yq"] - refq).max() <= 2e-2 * np.abs(refq).max()
