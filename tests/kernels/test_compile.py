@@ -246,6 +246,7 @@ def _format(results) -> str:
 def test_compile_tier():
     env = dict(os.environ)
     env["NUMBA_ENABLE_CUDASIM"] = "0"
+    env["TENSORFOLD_KERNEL_CACHE"] = "0"  # generated sources exec'd as before (no files in the user's cache)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker"],
