@@ -94,7 +94,6 @@ from . import _kcache
 from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
-from .activations import sigmoid_f32
 from . import qgemv as _qgemv3
 
 __all__ = [
@@ -625,23 +624,6 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
             a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
             outs += [f"h{s_}_{slot}", f"l{s_}_{slot}"]
     a("    return " + ", ".join(outs))
-    # _tcxg: the same slice of silu(g) * u, g and u the two halves of a gate / up row (``half`` values apart), with
-    # ``activations.silu_mul_fused_k``'s arithmetic, so the GEMV sees the bits that kernel would have written
-    a("def _tcxg(x, off, half):")
-    for f4 in range(cl // 4):
-        gs = ", ".join(f"g{4 * f4 + i}" for i in range(4))
-        us = ", ".join(f"v{4 * f4 + i}" for i in range(4))
-        a(f"    {gs} = _ldf_f32x4(x, off + {4 * f4})")
-        a(f"    {us} = _ldf_f32x4(x, off + half + {4 * f4})")
-    for e in range(cl):
-        a(f"    x{e} = g{e} * sigmoid_f32(g{e}) * v{e}")
-    a("    p = x0")
-    for e in range(1, cl):
-        a(f"    p += x{e}")
-    for s_, (_, prs, _) in enumerate(steps):
-        for slot, (lo, hi) in enumerate(prs):
-            a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
-    a("    return " + ", ".join(outs))
     return "\n".join(L) + "\n"
 
 
@@ -649,11 +631,11 @@ def _tc_helpers(bits: int, group: int):
     key = ("tch", bits, group)
     if key not in _KCACHE:
         glb = {"np": np, "_TWO23": np.float32(8388608.0), "fma_bf16x2": fma_bf16x2, "pack_bf16x2": pack_bf16x2,
-               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4, "sigmoid_f32": sigmoid_f32}
+               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4}
         exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
              glb)
         out = {}
-        for k in ("_tcdec", "_tcx", "_tcxg"):
+        for k in ("_tcdec", "_tcx"):
             f = glb[k]
             f.__module__ = __name__
             out[k] = devfn(f)
@@ -693,7 +675,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False) -> str:
+                   pipe: bool = False, depth: int = 1) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -707,11 +689,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
     With ``nw > 1`` the warps' partial tiles go through shared memory and each of the ``4 * mt * nt`` C entries is
     summed (warps 0, 1, .., nw-1 in that order) and stored by warp ``entry % nw``: the same bits as one warp doing
-    every sum, with the epilogue spread over the block's warps.
-
-    ``glu``: x is a gate / up row pair ``[R, 2 K]`` and the kernel multiplies ``silu(x[:, :K]) * x[:, K:]`` (the
-    values ``activations.silu_mul_fused_k`` would write, bit for bit), so the MLP's down projection needs no
-    activation launch."""
+    every sum, with the epilogue spread over the block's warps."""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
@@ -727,11 +705,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     if nw > 1:
         a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
     a("    out = W.shape[0]")
-    if glu:
-        a("    half = x.shape[1] // 2")
-        a(f"    ng = half // {group}")
-    else:
-        a(f"    ng = x.shape[1] // {group}")
+    a(f"    ng = x.shape[1] // {group}")
     a(f"    o0 = cuda.blockIdx.x * {16 * mt}")
     a(f"    r0 = cuda.blockIdx.y * {8 * nt}")
     a("    kz = cuda.blockIdx.z")
@@ -799,10 +773,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
-            if glu:
-                a(f"{I}p, {bnames.format(n=n)} = _tcxg(x, xo{n} + col, half)")
-            else:
-                a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
+            a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
             a(f"{I}p = _quad_sum(p)")
             a(f"{I}sxa{n}, sxb{n} = _shfl2(p, sa_lane, sb_lane)")
         for m in range(mt):
@@ -886,29 +857,27 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False):
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu)
+                  pipe: bool = False, depth: int = 1):
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
             name += f"d{depth}"
-        if glu:
-            name += "_glu"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu), extra)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, glu)
+                  pipe: bool = False, depth: int = 1):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth)
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth), **kw)
     return _KCACHE[key]
 
 
@@ -1112,26 +1081,13 @@ def _scale_kind(S) -> str:
 scale_kind = _scale_kind  # the scale dtype name plan_qgemv takes ("bf16", "f32", "f16")
 
 
-def glu_ok(plan) -> bool:
-    """Whether :func:`launch_qgemv` can take ``glu=True`` with ``plan`` (the first tensor-core kernel's plans)."""
-    return isinstance(plan, GemvPlan) and plan.tc
-
-
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None, glu: bool = False):
+                 no: int | None = None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
-    ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests).
-    ``glu=True`` (tensor-core plans only, see :func:`glu_ok`): x is ``[R, 2 * in]`` gate / up rows and the product
-    is taken with ``silu(gate) * up`` -- the same bits as ``activations.launch_silu_mul_fused`` then this GEMV."""
+    ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests)."""
     out, inp = W.shape[0], x.shape[1]
-    if glu:
-        inp //= 2
-        if not (isinstance(plan, GemvPlan) and plan.tc and no is None and inp == plan.inp
-                and x.shape[1] == 2 * inp):
-            raise ValueError(f"launch_qgemv: glu needs a tensor-core plan of in = {inp} and x [R, 2 * in], got "
-                             f"plan {plan} and x {tuple(x.shape)}")
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group, _scale_kind(S))
@@ -1146,8 +1102,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:
         nt = 1 if R <= 8 else 2
-        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu)
+        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1310,10 +1265,6 @@ def _specs():
     specs.append((get_tc_pyfunc(4, 64, 1, 4, sk="f32"), _QF))
     for nt, nw in ((1, 1), (1, 4), (2, 4)):  # the pipelined form (TENSORFOLD_GEMV_PIPE=1)
         f = get_tc_pyfunc(4, 64, nt, nw, pipe=True)
-        specs.append((f, _Q))
-        hot.add(f.__name__)
-    for nt, nw in ((1, 4), (1, 8), (2, 4)):  # the MLP down projection with the activation folded in (glu)
-        f = get_tc_pyfunc(4, 64, nt, nw, pipe=True, glu=True)
         specs.append((f, _Q))
         hot.add(f.__name__)
     # the latency variants (TC_VARIANTS), 4-bit g64: both n-tiles at the most warps per block their plans choose for

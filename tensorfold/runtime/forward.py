@@ -29,7 +29,6 @@ xlog [NLl, Rl, C]; xlog1 [R, C] (prompt conv tails); attention partials m, l [Ra
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 
@@ -580,7 +579,6 @@ class Runner:
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
         self.prompt_graph_error = None
-        self.glu_fold = os.environ.get("TENSORFOLD_GLU_FOLD", "1") != "0"
 
     # ---------------------------------------------------------------------------------------------- pieces
 
@@ -604,25 +602,6 @@ class Runner:
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
-
-    def _down_glu(self, name, R, prompt, stream) -> bool:
-        """d[:R] = (silu(gate) * up)[:R] @ W_down.T in GEMV launches that apply the activation themselves
-        (``affine.launch_qgemv(glu=True)``: the same bits as the activation launch + GEMV), when the down
-        projection's plan allows it (the first tensor-core kernel) and ``TENSORFOLD_GLU_FOLD`` is not "0". Returns
-        whether it launched."""
-        if not self.glu_fold or (prompt and R > 16) or (IS_SIM and self.sim_stand_ins):
-            return False
-        ent = self.arena.linear(name)
-        p = ent.get("plan")
-        if ent["kind"] != "affine" or not affine.glu_ok(p):
-            return False
-        B = self.buf
-        for r0 in range(0, R, GEMV_ROWS):
-            n = min(GEMV_ROWS, R - r0)
-            ws = B.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
-            affine.launch_qgemv(ent["W"], ent["S"], ent["B"], B.gu[r0:r0 + n], B.d[r0:r0 + n], ent["bits"],
-                                ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=True)
-        return True
 
     def _gdn(self, l, R, S, mode, b: "Batch|None", stream):
         B, m, cc = self.buf, self._m, self.caches
@@ -736,9 +715,8 @@ class Runner:
             norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
                                       self.eps, stream=stream, **_SIM_MB)
             self._linear(f"layers.{l}.mlp.gate_up", B.x, B.gu, R, prompt, stream)
-            if not self._down_glu(f"layers.{l}.mlp.down_proj", R, prompt, stream):
-                activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
-                self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
+            activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
+            self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
             nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
             norms.launch_add_rms_norm(B.d[:R], B.h[:R], nxt, B.x[:R], self.eps, stream=stream, **_SIM_MB)
         if mode == "step" and self.lin_idx:
