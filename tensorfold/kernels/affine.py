@@ -675,7 +675,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, fin: bool = False) -> str:
+                   pipe: bool = False, depth: int = 1) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -689,20 +689,14 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
     With ``nw > 1`` the warps' partial tiles go through shared memory and each of the ``4 * mt * nt`` C entries is
     summed (warps 0, 1, .., nw-1 in that order) and stored by warp ``entry % nw``: the same bits as one warp doing
-    every sum, with the epilogue spread over the block's warps.
-
-    ``fin`` (split-K launches): the kernel takes two more arguments, the result ``yo`` [R, out] and zeroed arrival
-    counters ``cnt`` (one a (row-tile, n-tile) block; ``qgemv.counters()``). After writing its chunk's partial tile
-    into ``y`` (the workspace [ks, R, out]) a block fences and counts its arrival; the last of the tile's ``ks``
-    blocks sums the chunks in z order (``_splitk_reduce_py``'s order: the same bits), writes ``yo`` and resets its
-    counter -- no reduce launch."""
+    every sum, with the epilogue spread over the block's warps."""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
     L = []
     a = L.append
-    a(f"def {name}(W, S, B, x, y, R, c0, c1, yo, cnt):" if fin else f"def {name}(W, S, B, x, y, R, c0, c1):")
+    a(f"def {name}(W, S, B, x, y, R, c0, c1):")
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -859,56 +853,31 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             for n in range(nt):
                 for i in range(4):
                     store("    ", m, n, i, f"acc{m}_{n}_{i}")
-    if fin:
-        a("    flag = cuda.shared.array(1, np.int32)")
-        a("    cuda.threadfence()")
-        a("    cuda.syncthreads()")
-        a("    tile = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x")
-        a("    if tid == 0:")
-        a("        flag[0] = 1 if cuda.atomic.add(cnt, tile, 1) == ks - 1 else 0")
-        a("    cuda.syncthreads()")
-        a("    if flag[0] == 1:")
-        a("        cuda.threadfence()")
-        a("        wr = y.shape[1]")
-        a("        wp = y.shape[2]")
-        a(f"        for e in range(tid, {16 * mt * 8 * nt}, {32 * nw}):")
-        a(f"            r = r0 + e // {16 * mt}")
-        a(f"            o = o0 + e % {16 * mt}")
-        a("            if r < R and o < out:")
-        a("                tot = ld_cg_f32(y, r * wp + o)")
-        a("                for kk in range(1, ks):")
-        a("                    tot += ld_cg_f32(y, (kk * wr + r) * wp + o)")
-        a("                yo[r, o] = tot")
-        a("        if tid == 0:")
-        a("            cnt[tile] = 0")
     return "\n".join(L) + "\n"
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, fin: bool = False):
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, fin)
+                  pipe: bool = False, depth: int = 1):
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
             name += f"d{depth}"
-        if fin:
-            name += "_fin"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
-        extra["ld_cg_f32"] = _qgemv3.ld_cg_f32
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, fin), extra)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, fin: bool = False):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, fin)
+                  pipe: bool = False, depth: int = 1):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth)
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, fin), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth), **kw)
     return _KCACHE[key]
 
 
@@ -944,12 +913,6 @@ class GemvPlan:
     def workspace_shape(self):
         """Shape of the float32 split-K workspace for ``rows`` = 16 (None when ks == 1)."""
         return None if self.ks == 1 else (self.ks, 16, self.out)
-
-
-def _tc_fin_on() -> bool:
-    """Split-K tensor-core launches complete in the kernel (the last chunk's block sums the tile) unless
-    ``TENSORFOLD_GEMV_FIN=0`` (then ``_splitk_reduce`` runs as a second launch; the same bits either way)."""
-    return os.environ.get("TENSORFOLD_GEMV_FIN", "1") != "0"
 
 
 def _tc_enabled() -> bool:
@@ -1137,12 +1100,9 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
-    fin = (plan.tc and plan.ks > 1 and _tc_fin_on()
-           and -(-out // (16 * plan.mt)) * -(-R // (8 * (1 if R <= 8 else 2))) <= _qgemv3.NCOUNTERS)
     if plan.tc:
         nt = 1 if R <= 8 else 2
-        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          fin)
+        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1155,10 +1115,6 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     else:
         if ws is None:
             raise ValueError("launch_qgemv: plan.ks > 1 needs a workspace ws [ks, R, out] float32")
-        if fin:  # the chunks' last block sums them (arrival counters shared with qgemv's kernel)
-            k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0), y,
-                                      _qgemv3.counters())
-            return y
         k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0))
         n = R * out
         _splitk_reduce[min(1024, -(-n // 256)), 256, stream](ws, y, np.int32(R))
@@ -1288,8 +1244,6 @@ def launch_qgemm(W, S, B, x, y, bits: int, group: int, stream=0, rows=None):
 
 _Q = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _QF = "void(uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
-_QFIN = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32, "\
-         "float32[:, ::1], int32[::1])"
 _D = "void(uint32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _G = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
 
@@ -1312,10 +1266,6 @@ def _specs():
     for nt, nw in ((1, 1), (1, 4), (2, 4)):  # the pipelined form (TENSORFOLD_GEMV_PIPE=1)
         f = get_tc_pyfunc(4, 64, nt, nw, pipe=True)
         specs.append((f, _Q))
-        hot.add(f.__name__)
-    for nt, nw in ((1, 4), (1, 8), (2, 4)):  # split-K launches completed in the kernel (fin)
-        f = get_tc_pyfunc(4, 64, nt, nw, pipe=True, fin=True)
-        specs.append((f, _QFIN))
         hot.add(f.__name__)
     # the latency variants (TC_VARIANTS), 4-bit g64: both n-tiles at the most warps per block their plans choose for
     # the real shapes (9B / 27B MLP, 2B head), one n-tile at the fewest (hot). The 16-warp kernels assemble to
