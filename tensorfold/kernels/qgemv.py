@@ -703,7 +703,7 @@ class V3Plan:
     blocks: int = 396
     stages: int = 0  # > 0: the cp.async ring form for one-n-tile launches (1-4 rows) where it applies
     pb: int = 0  # x-preparation batch (0: the measured default)
-    occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM with registers capped to fit (not measured yet)
+    occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM, registers capped (27B: 85.8 vs 100.4 tok/s; off)
 
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
@@ -749,7 +749,7 @@ class V3Plan:
 # benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,stages,pb,occ1" (stages: the cp.async ring for 1-4 rows,
 # 0 = off; pb: the x-preparation batch; both slower at every shape on the H200 in session 11, see
 # benchmarks/results/session11_2026-11-30.md; occ1: blocks an SM for one-n-tile launches with registers capped to
-# fit, not measured yet)
+# fit, slower end to end: 27B one stream 85.8 vs 100.4 tok/s, session12_2026-11-30.md)
 _DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
 SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
 
