@@ -22,4 +22,4 @@ track_b() {
         --steps 30 --out "$OUT/b/decode_2b.md" >"$OUT/b/decode_2b.txt" 2>&1
 }
 run_tracks s12d
-grep -hE "loaded|decode |prompt " "$OUT"/b/decode_2b.txt; tail -3 "$OUT/a/gpu_tests.txt" "$OUT/b/gpu_tests.txt"
+grep -hE "loaded|decode |prompt " "$OUT"/b/decode_2b.txt; tail -n 3 "$OUT/a/gpu_tests.txt" "$OUT/b/gpu_tests.txt"
