@@ -1,4 +1,4 @@
-# Sourced by the two-GPU device scripts (gpu_pending.sh, gpu_call_s11*.sh, gpu_next*.sh): after the script has
+# Sourced by the two-GPU device scripts (gpu_pending.sh, gpu_call_s11*.sh, gpu_s12*.sh): after the script has
 # defined track_a and track_b (shell functions; track_a runs on GPU 0, track_b on GPU 1), `run_tracks NAME` runs
 # both side by side, each bounded by $CAP seconds, notes their exit codes in $OUT/{a,b}/track.txt and packs $OUT/a
 # and $OUT/b (plus any extra paths given) into $OUT/NAME.tar.gz (the device returns few files). Variables the
