@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 12, call 1 (two GPUs), from a `git archive` of the commit: session 11's gpu_next_b.sh and the decode half of its gpu_next.sh (both removed since)
-# in one call.
+# Session 12, call 1 (two GPUs), from a `git archive` of the commit: session 11's gpu_next_b.sh and the decode half
+# of its gpu_next.sh (both removed since) in one call.
 # A: the on-disk kernel cache (TENSORFOLD_KERNEL_CACHE=1): the 27B load twice (the first compiles and fills the
 #    cache, the second should load from it); 27B decode with the cache (default kernels), then with qgemv occ1=4;
 #    the 2B load twice and a 2B decode with the cache.
