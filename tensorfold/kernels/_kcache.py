@@ -40,12 +40,27 @@ _DIGEST: list = []
 
 
 def files_on() -> bool:
-    """Whether generated sources go through module files: ``TENSORFOLD_KERNEL_CACHE`` ("1" / "0"); unset, on a GPU
-    and off in the simulator (where it is tested with the variable set, though nothing is compiled there)."""
+    """Whether generated sources go through module files: ``TENSORFOLD_KERNEL_CACHE`` ("1" / "0"); unset, on when
+    a GPU is present and off in the simulator (where it is tested with the variable set, though nothing is compiled
+    there)."""
     v = os.environ.get("TENSORFOLD_KERNEL_CACHE")
     if v is None or v.strip() == "":
-        return not IS_SIM
+        return not IS_SIM and _gpu_present()
     return v.strip() == "1"
+
+
+_GPU: list = []
+
+
+def _gpu_present() -> bool:
+    """Whether a CUDA device is usable (asked once): without one nothing is compiled to cache, so a CPU-only
+    process writes no files."""
+    if not _GPU:
+        try:
+            _GPU.append(bool(cuda.is_available()))
+        except Exception:  # noqa: BLE001
+            _GPU.append(False)
+    return _GPU[0]
 
 
 def cache_on() -> bool:
