@@ -16,8 +16,9 @@ The hand-written kernels (``kjit``) use the same digest directory: numba's ``CAC
 their dispatchers are made, so they too are compiled once per kernel-source version. Closures are cached only when
 their captured values are plain constants (numba hashes them into the cache key).
 
-Measured on the H200 (benchmarks/results/session12_2026-11-30.md): with every kernel cached a 27B start takes 40 s
-with an empty cache and 6.5 s warm (62 s before any cache), a 2B or 9B start 3.4-3.8 s warm (about 31 s before).
+Measured on the H200 (benchmarks/results/session12_2026-11-30.md): a 27B start takes 40 s with an empty cache and
+6.5 s warm (62 s before any cache); a 2B start 48.4 s with an empty cache (writing it costs about 5.6 s), 3.9 s warm,
+42.8 s with the cache off on the same machine.
 """
 
 from __future__ import annotations
@@ -160,21 +161,21 @@ def cacheable(fn) -> bool:
 
 
 def _cached_jit(fn, kw):
+    """``cuda.jit(cache=True, **kw)(fn)`` with numba's user cache directory pointed at :func:`cache_dir` while the
+    dispatcher (and with it the cache locator) is made."""
     d = cache_dir()
     os.makedirs(d, exist_ok=True)
     cfgs = []
-    for modname in ("numba.cuda.core.config", "numba.core.config"):
-        m = sys.modules.get(modname)
-        if m is None:
-            try:
-                m = importlib.import_module(modname)
-            except ImportError:
-                continue
-        if m not in [c for c, _ in cfgs]:
+    for modname in ("numba.cuda.core.config", "numba.core.config"):  # numba-cuda's own config, or numba's
+        try:
+            m = importlib.import_module(modname)
+        except ImportError:
+            continue
+        if all(m is not c for c, _ in cfgs):
             cfgs.append((m, getattr(m, "CACHE_DIR", "")))
     try:
         for m, _ in cfgs:
-            m.CACHE_DIR = d  # numba's user-provided locator: entries under the digest directory
+            m.CACHE_DIR = d
         return cuda.jit(cache=True, **kw)(fn)
     finally:
         for m, old in cfgs:
@@ -182,9 +183,10 @@ def _cached_jit(fn, kw):
 
 
 def jit(fn, **kw):
-    """``cuda.jit(**kw)(fn)``, with ``cache=True`` (entries in :func:`cache_dir`) for file-backed generated
-    functions when :func:`cache_on`."""
-    if cache_on() and getattr(fn, "_tf_file", False):
+    """``cuda.jit(**kw)(fn)``, cached on disk in :func:`cache_dir` when :func:`cache_on` and :func:`cacheable`:
+    hand-written kernels, and generated ones that :func:`build` imported from a module file (an ``exec``'d source has
+    no file, so it compiles as usual)."""
+    if cache_on() and cacheable(fn):
         try:
             return _cached_jit(fn, kw)
         except Exception:  # noqa: BLE001 - no usable cache locator: compile as usual
@@ -192,12 +194,4 @@ def jit(fn, **kw):
     return cuda.jit(**kw)(fn)
 
 
-def kjit(fn, **kw):
-    """``cuda.jit(**kw)(fn)`` for a hand-written kernel, cached on disk like the generated ones when
-    :func:`cache_on` and :func:`cacheable`."""
-    if cache_on() and cacheable(fn):
-        try:
-            return _cached_jit(fn, kw)
-        except Exception:  # noqa: BLE001
-            pass
-    return cuda.jit(**kw)(fn)
+kjit = jit  # the name the hand-written kernels' modules use
