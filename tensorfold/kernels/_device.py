@@ -53,6 +53,9 @@ __all__ = [
     "ldg_u32x4",
     "ldg_u32x4_2d",
     "ldg_f32x4_2d",
+    "pdl_wait",
+    "pdl_trigger",
+    "pdl_target",
     "COMPILE_SPECS",
     "HOT",
 ]
@@ -603,6 +606,65 @@ else:
         pass
 
     CP_ASYNC_WAIT = {n: cp_async_commit for n in range(8)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# programmatic dependent launch (sm_90+): ``pdl_trigger()`` lets the launch that follows this kernel in its stream
+# start its blocks now (their loads of data no kernel writes -- weights -- overlap this kernel's tail);
+# ``pdl_wait()`` returns once the kernel before this one has completed and its writes are visible. A kernel that
+# calls ``pdl_wait`` before its first read of activations / metadata and its first global write, in every block,
+# is "PDL-aware" (``kernels._pdl.aware``: its code names ``pdl_wait``) and may be launched with the programmatic
+# serialization attribute (``kernels._pdl``); launched without it both are no-ops. Only cc >= 9.0 has the
+# instructions: the code generator emits them when the target is sm_90 or newer (``pdl_target``), nothing below.
+# The simulator runs launches one after another: no-ops there.
+# ----------------------------------------------------------------------------------------------------------------
+
+_PDL_TARGET: list = [None]  # None: decided from the current device at a kernel's first code generation
+
+
+def pdl_target(on) -> None:
+    """Force (True / False) or reset (None) whether generated code carries the griddepcontrol instructions: the
+    compile tier sets it per target cc; at run time it follows the device (cc >= 9.0)."""
+    _PDL_TARGET[0] = on
+
+
+def _pdl_emit() -> bool:
+    if _PDL_TARGET[0] is None:
+        try:
+            _PDL_TARGET[0] = tuple(cuda.get_current_device().compute_capability) >= (9, 0)
+        except Exception:  # noqa: BLE001 -- no device (PTX-only compiles): plain code
+            _PDL_TARGET[0] = False
+    return bool(_PDL_TARGET[0])
+
+
+if not IS_SIM:
+
+    def _asm_pdl(text):
+        def typer(typingctx):
+            sig = types.void()
+
+            def codegen(context, builder, sig, args):
+                if _pdl_emit():
+                    asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                    builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return intrinsic(typer)
+
+    pdl_wait = _asm_pdl("griddepcontrol.wait;")
+    pdl_trigger = _asm_pdl("griddepcontrol.launch_dependents;")
+
+else:
+
+    @cuda.jit(device=True)
+    def pdl_wait():
+        pass
+
+    @cuda.jit(device=True)
+    def pdl_trigger():
+        pass
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ from numba import cuda
 from . import _device
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, warp_sum
+from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_trigger, pdl_wait, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 from . import qgemv as _qgemv3
 
@@ -198,6 +198,8 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
     else:
         a(f"def {name}(W, S, B, x, y, R, c0, c1):")
     # c0, c1 unused placeholders keep one signature shape; (chunk split handled via gridDim.z)
+    a("    pdl_trigger()")  # kernels._pdl: the next launch may start; the previous one's writes visible after the wait
+    a("    pdl_wait()")
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -405,6 +407,8 @@ def _build(name: str, src: str, extra: dict | None = None):
         "split_bf16x2": split_bf16x2,
         "fma_bf16x2": fma_bf16x2,
         "pack_bf16x2": pack_bf16x2,
+        "pdl_trigger": pdl_trigger,
+        "pdl_wait": pdl_wait,
     }
     glb.update(_HELPERS)
     glb.update({k: globals()[k] for k in ("_ldf", "_ldf_u32x2", "_ldf_u32x4", "_ldf_f32x4", "_quad_sum", "_shfl2")
@@ -434,6 +438,8 @@ def get_qgemv_kernel(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16",
 
 def _splitk_reduce_py(ws, y, R):
     """y[r, o] = sum_z ws[z, r, o] in z order (grid-stride over R*out)."""
+    pdl_trigger()  # the next launch may start (kernels._pdl)
+    pdl_wait()  # the previous kernel's writes are visible from here
     ks = ws.shape[0]
     out = ws.shape[2]
     n = R * out
@@ -697,6 +703,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, R, c0, c1):")
+    a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -759,6 +766,9 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         loads("    ", "w", "wb")
         for k in range(1, depth):
             loads("    ", f"p{k}_", f"wb + {k * u}")
+    # weights are never written by a kernel: the first iteration's loads above run before the wait, overlapping the
+    # previous kernel's tail under PDL; x, y and the workspace are touched only after it
+    a("    pdl_wait()")
     a("    for it in range(nit):")
     I = "        "
     a(f"{I}G0 = wb + it * {u}")

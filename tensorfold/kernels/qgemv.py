@@ -60,7 +60,7 @@ from numba import cuda
 
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn
+from ._device import CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, pdl_trigger, pdl_wait
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS", "HOT",
@@ -374,6 +374,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
+    a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -485,6 +486,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     else:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
+    # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
+    # tail under PDL (kernels._pdl); x, y, the workspace and the counters are touched only after it
+    a("    pdl_wait()")
     # ---- x preparation of the chunk (items: group, step, t, row), then the group sums
     I = "    "
     a(f"{I}kb = G0 * {group}")
@@ -663,7 +667,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
-               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit}
+               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait}
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
         fn = _kcache.build(name, src, glb, __name__)
         _KCACHE[key] = fn

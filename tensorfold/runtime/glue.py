@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
-from tensorfold.kernels._device import IS_SIM
+from tensorfold.kernels import _pdl
+from tensorfold.kernels._device import IS_SIM, pdl_trigger, pdl_wait
 
 NT = 2 if IS_SIM else 128  # the simulator runs a Python thread per GPU thread: keep its blocks tiny
 
@@ -29,6 +30,8 @@ __all__ = ["launch_argmax", "launch_zero_slot", "launch_gather", "sim_linear", "
 
 
 def gather_rows(x, sel, out):
+    pdl_trigger()  # the next launch may start (kernels._pdl)
+    pdl_wait()  # the previous kernel's writes are visible from here
     n = sel.shape[0]
     H = x.shape[1]
     i = cuda.blockIdx.x
@@ -40,6 +43,8 @@ def gather_rows(x, sel, out):
 
 
 def zero_slot(rec, conv, slot):
+    pdl_trigger()  # the next launch may start (kernels._pdl)
+    pdl_wait()  # the previous kernel's writes are visible from here
     NL = rec.shape[0]
     n1 = rec.shape[2] * rec.shape[3] * rec.shape[4]
     n2 = conv.shape[2] * conv.shape[3]
@@ -145,7 +150,8 @@ def capture_graph(core_stream, launch):
     gb = core_stream.create_graph_builder()
     gb.begin_building()
     try:
-        launch(gb)
+        with _pdl.scope():  # PDL-aware kernels overlap their predecessor's tail (kernels._pdl)
+            launch(gb)
     except BaseException:
         try:
             gb.end_building()

@@ -124,10 +124,16 @@ def _compile_task(task):
     cc=cc)`` does per cc, minus repeating the front end: numba-cuda's lowering reads the compute capability only for
     choices with thresholds below every cc here (fp64 atomics at 6.0, fast tanh at 7.5) and tensorfold's kernels
     read none, so the LLVM IR is the same for all three (checked at 1e2102d: identical IR for cc 8.0 and 9.0 up to
-    the flags hash in mangled names). ``TF_COMPILE_PER_CC=1`` runs ``compile_ptx`` per cc instead."""
+    the flags hash in mangled names). ``TF_COMPILE_PER_CC=1`` runs ``compile_ptx`` per cc instead. The one
+    sm_90-only choice, the PDL instructions (``_device.pdl_target``), is off here, so the IR is valid for every cc;
+    ``test_pdl_forms_sm90`` compiles the PDL forms."""
     import importlib
 
     from numba import cuda
+
+    from tensorfold.kernels import _device
+
+    _device.pdl_target(False)
 
     modname, idx = task
     mod = importlib.import_module(f"tensorfold.kernels.{modname}")

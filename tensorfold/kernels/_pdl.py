@@ -1,0 +1,118 @@
+"""Programmatic dependent launch (PDL) of PDL-aware kernels while a decode graph is captured (host side).
+
+Inside a replayed graph, each kernel boundary costs about 1-2 µs (session 12): the next kernel's blocks are
+scheduled only after the previous kernel has drained, and its first weight loads then pay the full DRAM latency.
+On cc >= 9.0 a launch carrying the programmatic-stream-serialization attribute may start while the previous kernel
+in the stream still runs (once every block of that kernel has called ``pdl_trigger`` or exited); it runs up to its
+``pdl_wait``, which returns when the previous kernel has completed and its writes are visible. A GEMV issues its
+first weight loads before that wait, so they overlap the previous kernel's tail.
+
+A kernel is *aware* when its code names ``_device.pdl_wait`` (its contract: every block waits before its first read
+of activations or metadata and its first global write; weights may be read before). Only aware kernels are given
+the attribute, and only inside ``scope()`` (``glue.capture_graph`` opens it). An unaware kernel is launched the
+usual way and waits for the complete previous kernel, so a chain stays ordered: a kernel's completion implies its
+wait returned, hence that its predecessor completed.
+
+``TENSORFOLD_PDL=0`` turns the attribute off (the kernels keep their instructions, which are no-ops then). The
+simulator and devices below cc 9.0 never use it. numba-cuda's ``_Kernel.launch`` has no launch-attribute
+parameter, so ``install`` wraps it: outside a scope, or for an unaware kernel, the original runs unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from ._device import IS_SIM
+
+__all__ = ["aware", "enabled", "scope", "install", "active", "launches", "plain"]
+
+_TLS = threading.local()
+# launches: PDL launches made; plain: names of unaware kernels launched inside a scope (tests read both)
+_STATE: dict = {"installed": False, "ok": None, "launches": 0, "plain": set()}
+
+
+def aware(py_func) -> bool:
+    """Whether a kernel's Python function calls ``pdl_wait`` (by name, as its module or generated source binds it)."""
+    code = getattr(py_func, "__code__", None)
+    return code is not None and "pdl_wait" in code.co_names
+
+
+def enabled() -> bool:
+    """``TENSORFOLD_PDL`` unset or "1" on a cc >= 9.0 device with a launch path that takes the attribute."""
+    if IS_SIM or os.environ.get("TENSORFOLD_PDL", "1").strip() == "0":
+        return False
+    if _STATE["ok"] is None:
+        _STATE["ok"] = _probe()
+    return bool(_STATE["ok"])
+
+
+def _probe() -> bool:
+    try:
+        from numba import cuda
+        from cuda.core import LaunchConfig
+
+        LaunchConfig(grid=1, block=1, programmatic_stream_serialization=True)
+        return tuple(cuda.get_current_device().compute_capability) >= (9, 0) and install()
+    except Exception:  # noqa: BLE001 -- an older cuda.core / numba-cuda layout, or no device: plain launches
+        return False
+
+
+def launches() -> int:
+    """How many launches this process made with the PDL attribute."""
+    return _STATE["launches"]
+
+
+def plain() -> set:
+    """Names of kernels launched inside a scope without the attribute (not PDL-aware)."""
+    return set(_STATE["plain"])
+
+
+def active() -> bool:
+    return bool(getattr(_TLS, "on", False))
+
+
+@contextlib.contextmanager
+def scope(on: bool = True):
+    """Launches made inside (this thread) give aware kernels the PDL attribute, when ``enabled()``."""
+    prev = active()
+    _TLS.on = bool(on) and enabled()
+    try:
+        yield
+    finally:
+        _TLS.on = prev
+
+
+def install() -> bool:
+    """Wrap numba-cuda's ``_Kernel.launch`` once (idempotent). False when its layout is not the expected one."""
+    if _STATE["installed"]:
+        return True
+    from numba.cuda import dispatcher as _disp
+    from cuda.core import LaunchConfig, launch as _core_launch
+
+    K = getattr(_disp, "_Kernel", None)
+    if K is None or not hasattr(K, "launch") or not hasattr(K, "_prepare_args"):
+        return False
+    orig = K.launch
+
+    def launch(self, args, griddim, blockdim, stream=0, sharedmem=0):
+        if not getattr(_TLS, "on", False) or getattr(self, "debug", False) or not aware(self.py_func):
+            if getattr(_TLS, "on", False):
+                _STATE["plain"].add(getattr(self.py_func, "__name__", "?"))
+            return orig(self, args, griddim, blockdim, stream, sharedmem)
+        cufunc = self._codelibrary.get_cufunc()
+        retr, kernelargs = [], []
+        for t, v in zip(self.argument_types, args):
+            self._prepare_args(t, v, stream, retr, kernelargs)
+        config = LaunchConfig(grid=griddim, block=blockdim, shmem_size=sharedmem,
+                              programmatic_stream_serialization=True)
+        _core_launch(stream, config, cufunc.kernel, *kernelargs)
+        _STATE["launches"] += 1
+        for wb in retr:
+            wb()
+
+    launch._tf_pdl = True
+    K.launch = launch
+    _STATE["installed"] = True
+    return True

@@ -1,0 +1,90 @@
+"""Compile tier for the programmatic-dependent-launch forms (``_device.pdl_wait`` / ``pdl_trigger``, sm_90 only).
+
+``test_compile`` compiles every kernel with the PDL instructions off (its front end is shared by cc 8.0, 8.9 and
+9.0, and sm_80 has no ``griddepcontrol``). Here a sample of the decode kernels -- an elementwise kernel, the vector
+add + RMSNorm, the tensor-core GEMV (pipelined form), the bandwidth GEMV ``qgemv3``, the fused GDN step, the
+attention partials and the sampler's first kernel -- is compiled to PTX for cc 9.0 with the instructions on and
+assembled by ``ptxas`` (when on PATH), and for cc 8.0 with them off. Checks: the sm_90 PTX holds both
+instructions; both GEMVs issue a weight load (``ld.global.nc``) before the wait, which is the point of PDL for them;
+the sm_80 PTX holds neither; ``_pdl.aware`` accepts every one of these kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLE = (("activations", "silu_mul_fused_k", False), ("norms", "add_rms_norm_v4", False),
+          ("affine", "qgemv_tc_b4_g64_n1_w4_m2_u4_bf16_p", True), ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1", True),
+          ("delta_rule", "gdn_fused_step", False), ("attention", "attn_partials_bf16_g4", False),
+          ("sample", "amax_k", False))
+
+
+def _worker() -> int:
+    sys.path.insert(0, ROOT)
+    from tests.kernels import test_compile as tc
+
+    err = tc._setup_compiler()
+    if err:
+        print(json.dumps({"skip": err}))
+        return 0
+    import importlib
+
+    from numba import cuda
+
+    from tensorfold.kernels import _device, _pdl
+
+    out = []
+    for modname, name, gemv in SAMPLE:
+        mod = importlib.import_module(f"tensorfold.kernels.{modname}")
+        fn, sig = next((f, s) for f, s in mod.COMPILE_SPECS if getattr(f, "__name__", "") == name)
+        fn = getattr(fn, "py_func", fn)
+        rec = {"kernel": name, "aware": _pdl.aware(fn)}
+        for on, cc in ((True, (9, 0)), (False, (8, 0))):
+            _device.pdl_target(on)
+            tc._STATE["dev"].compute_capability = cc
+            ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
+            key = f"sm{cc[0]}{cc[1]}"
+            iw, it = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
+            rec[key] = {"wait": iw >= 0, "trigger": it >= 0}
+            if gemv and on:
+                il = ptx.find("ld.global.nc")
+                rec[key]["load_before_wait"] = 0 <= il < iw
+            rep = tc._run_ptxas(ptx, cc)
+            rec[key]["ptxas"] = None if rep is None else (rep["error"] if "error" in rep else "ok")
+        out.append(rec)
+    print(json.dumps({"results": out}))
+    return 0
+
+
+def test_pdl_forms_sm90():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", TENSORFOLD_KERNEL_CACHE="0")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker"], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=900)
+    assert p.returncode == 0, f"worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    data = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    res = data["results"]
+    assert len(res) == len(SAMPLE)
+    for r in res:
+        print(r)
+        assert r["aware"], r
+        assert r["sm90"]["wait"] and r["sm90"]["trigger"], r
+        assert not r["sm80"]["wait"] and not r["sm80"]["trigger"], r
+        for k in ("sm90", "sm80"):
+            assert r[k]["ptxas"] in (None, "ok"), r
+        if "load_before_wait" in r["sm90"]:
+            assert r["sm90"]["load_before_wait"], r
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        sys.exit(_worker())
+    sys.exit(pytest.main([__file__, "-s", "-q"]))
