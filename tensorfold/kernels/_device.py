@@ -56,6 +56,7 @@ __all__ = [
     "pdl_wait",
     "pdl_trigger",
     "pdl_target",
+    "pdl_trigger_mode",
     "COMPILE_SPECS",
     "HOT",
 ]
@@ -637,14 +638,24 @@ def _pdl_emit() -> bool:
     return bool(_PDL_TARGET[0])
 
 
+def pdl_trigger_mode() -> str:
+    """Where kernels signal their dependents (``TENSORFOLD_PDL_TRIGGER``, read when code is generated; a kernel
+    cache directory holds one mode's code): ``start`` (every kernel at its start), ``gemv_end`` (the GEMVs after
+    their main loop, the others at their start) or ``none`` (no instruction: dependents start as the kernel exits)."""
+    m = os.environ.get("TENSORFOLD_PDL_TRIGGER", "start").strip() or "start"
+    if m not in ("start", "gemv_end", "none"):
+        raise ValueError(f"TENSORFOLD_PDL_TRIGGER={m!r}: expected start, gemv_end or none")
+    return m
+
+
 if not IS_SIM:
 
-    def _asm_pdl(text):
+    def _asm_pdl(text, trigger=False):
         def typer(typingctx):
             sig = types.void()
 
             def codegen(context, builder, sig, args):
-                if _pdl_emit():
+                if _pdl_emit() and not (trigger and pdl_trigger_mode() == "none"):
                     asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
                     builder.call(asm, [])
                 return context.get_dummy_value()
@@ -654,7 +665,7 @@ if not IS_SIM:
         return intrinsic(typer)
 
     pdl_wait = _asm_pdl("griddepcontrol.wait;")
-    pdl_trigger = _asm_pdl("griddepcontrol.launch_dependents;")
+    pdl_trigger = _asm_pdl("griddepcontrol.launch_dependents;", trigger=True)
 
 else:
 

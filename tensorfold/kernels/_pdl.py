@@ -15,7 +15,8 @@ wait returned, hence that its predecessor completed.
 
 ``TENSORFOLD_PDL=0`` turns the attribute off (the kernels keep their instructions, which are no-ops then). The
 simulator and devices below cc 9.0 never use it. numba-cuda's ``_Kernel.launch`` has no launch-attribute
-parameter, so ``install`` wraps it: outside a scope, or for an unaware kernel, the original runs unchanged.
+parameter, so ``install`` wraps it (and the dispatcher's ``call``, which knows the kernel's Python function):
+outside a scope, or for an unaware kernel, the original runs unchanged.
 """
 
 from __future__ import annotations
@@ -85,22 +86,36 @@ def scope(on: bool = True):
 
 
 def install() -> bool:
-    """Wrap numba-cuda's ``_Kernel.launch`` once (idempotent). False when its layout is not the expected one."""
+    """Wrap numba-cuda's ``CUDADispatcher.call`` (notes whether the dispatcher's function is aware: a kernel loaded
+    from the on-disk cache has no Python function of its own) and ``_Kernel.launch`` (launches with the attribute
+    when in a scope and aware), once. False when numba-cuda's layout is not the expected one."""
     if _STATE["installed"]:
         return True
     from numba.cuda import dispatcher as _disp
     from cuda.core import LaunchConfig, launch as _core_launch
 
     K = getattr(_disp, "_Kernel", None)
-    if K is None or not hasattr(K, "launch") or not hasattr(K, "_prepare_args"):
+    D = getattr(_disp, "CUDADispatcher", None)
+    if K is None or D is None or not all(hasattr(K, a) for a in ("launch", "_prepare_args", "argument_types")) \
+            or not hasattr(D, "call"):
         return False
-    orig = K.launch
+    orig_launch, orig_call = K.launch, D.call
+
+    def call(self, args, launch_config):
+        prev = getattr(_TLS, "aware", None)
+        _TLS.aware = (self, aware(self.py_func))
+        try:
+            return orig_call(self, args, launch_config)
+        finally:
+            _TLS.aware = prev
 
     def launch(self, args, griddim, blockdim, stream=0, sharedmem=0):
-        if not getattr(_TLS, "on", False) or getattr(self, "debug", False) or not aware(self.py_func):
-            if getattr(_TLS, "on", False):
-                _STATE["plain"].add(getattr(self.py_func, "__name__", "?"))
-            return orig(self, args, griddim, blockdim, stream, sharedmem)
+        if not getattr(_TLS, "on", False):
+            return orig_launch(self, args, griddim, blockdim, stream, sharedmem)
+        cur = getattr(_TLS, "aware", None)
+        if cur is None or not cur[1] or getattr(self, "debug", False):
+            _STATE["plain"].add(cur[0].py_func.__name__ if cur else getattr(self, "entry_name", "?"))
+            return orig_launch(self, args, griddim, blockdim, stream, sharedmem)
         cufunc = self._codelibrary.get_cufunc()
         retr, kernelargs = [], []
         for t, v in zip(self.argument_types, args):
@@ -112,7 +127,7 @@ def install() -> bool:
         for wb in retr:
             wb()
 
-    launch._tf_pdl = True
-    K.launch = launch
+    call._tf_pdl = launch._tf_pdl = True
+    D.call, K.launch = call, launch
     _STATE["installed"] = True
     return True

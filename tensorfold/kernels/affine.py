@@ -198,8 +198,10 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
     else:
         a(f"def {name}(W, S, B, x, y, R, c0, c1):")
     # c0, c1 unused placeholders keep one signature shape; (chunk split handled via gridDim.z)
-    a("    pdl_trigger()")  # kernels._pdl: the next launch may start; the previous one's writes visible after the wait
-    a("    pdl_wait()")
+    gemv_end = _device.pdl_trigger_mode() == "gemv_end"
+    if not gemv_end:
+        a("    pdl_trigger()")  # kernels._pdl: the next launch may start
+    a("    pdl_wait()")  # the previous kernel's writes are visible from here
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -328,6 +330,8 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
             a(f"    v = warp_sum(acc{o}_{r})")
             a("    if lane == 0:")
             a(f"        red[warp, {o * rb + r}] = v")
+    if gemv_end:
+        a("    pdl_trigger()")
     a("    cuda.syncthreads()")
     a(f"    for t in range(tid, {NO * rb}, {tpb}):")
     a(f"        oo = t // {rb}")
@@ -703,7 +707,9 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, R, c0, c1):")
-    a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
+    gemv_end = _device.pdl_trigger_mode() == "gemv_end"
+    if not gemv_end:
+        a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -836,6 +842,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     for hname in ("a", "b"):
                         for j in range(lw):
                             a(f"{I}{dst}{hname}{uu}_{m}_{j} = {src}{hname}{uu}_{m}_{j}")
+    if gemv_end:
+        a("    pdl_trigger()")
     # cross-warp sum in warp order (entry k summed and stored by warp k % nw), then store
     def store(J, m, n, i, v):
         o = f"o0 + {16 * m + (8 if i >= 2 else 0)} + g"

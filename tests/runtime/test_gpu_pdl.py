@@ -31,6 +31,7 @@ def test_pdl_graph_steps_equal_eager():
     assert _pdl.enabled(), "PDL should be available on a cc 9.0 device with this cuda.core"
     ck = _synth("2b")
     V = ck.config.vocab_size
+    start = _pdl.launches()
     rng = np.random.default_rng(77)
     be = CudaBackend(ck.tensors, ck.config, parallel=8, context=1024, kv_cache="bf16", prompt_rows=512,
                      progress=False)
@@ -49,7 +50,6 @@ def test_pdl_graph_steps_equal_eager():
             g_tok.append(be.prefill_sample(gs, P, 0, r))
             e_tok.append(be.prefill_sample(es, P, 0, r))
         assert g_tok == e_tok
-        before = _pdl.launches()
         for i in range(24):
             be.graphs.use_graphs = True
             g_tok = be.decode_sample(g_slots, g_tok, rows(g_slots, 1000 * i))
@@ -59,11 +59,11 @@ def test_pdl_graph_steps_equal_eager():
             le = be.graphs.logits(nst).copy()
             assert g_tok == e_tok, f"{nst} streams, step {i}: graph tokens {g_tok} != eager {e_tok}"
             assert np.array_equal(lg, le), f"{nst} streams, step {i}: graph logits != eager"
-        assert _pdl.launches() > before, "no PDL launch was captured"
+        assert _pdl.launches() > start, "no PDL launch was captured"
         assert not _pdl.plain(), f"kernels captured without PDL (not aware): {sorted(_pdl.plain())}"
         for s in g_slots + e_slots:
             be.free(s)
         print(f"\n{nst} stream(s): 24 sampled steps, PDL graph == eager, tokens and logits bit for bit "
-              f"({_pdl.launches() - before} PDL launches captured)")
+              f"({_pdl.launches() - start} PDL launches captured so far)")
     be.graphs.use_graphs = True
     be.close()
