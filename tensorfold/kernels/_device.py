@@ -642,7 +642,7 @@ def pdl_trigger_mode() -> str:
     """Where kernels signal their dependents (``TENSORFOLD_PDL_TRIGGER``, read when code is generated; a kernel
     cache directory holds one mode's code): ``start`` (every kernel at its start), ``gemv_end`` (the GEMVs after
     their main loop, the others at their start) or ``none`` (no instruction: dependents start as the kernel exits)."""
-    m = os.environ.get("TENSORFOLD_PDL_TRIGGER", "start").strip() or "start"
+    m = os.environ.get("TENSORFOLD_PDL_TRIGGER", "gemv_end").strip() or "gemv_end"
     if m not in ("start", "gemv_end", "none"):
         raise ValueError(f"TENSORFOLD_PDL_TRIGGER={m!r}: expected start, gemv_end or none")
     return m
