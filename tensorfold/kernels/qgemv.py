@@ -132,22 +132,6 @@ if not IS_SIM:
     ld_w4 = _intrinsic(_t4)
 
     @_intrinsic
-    def pf_l2(typingctx, arr, off):
-        """``prefetch.global.L2`` of the line holding element ``off`` of ``arr`` (a hint: no register, no wait)."""
-        if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
-            return None
-        sig = _types.void(arr, off)
-
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
-            asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [p.type]), "prefetch.global.L2 [$0];", "l",
-                                side_effect=True)
-            builder.call(asm, [p])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @_intrinsic
     def ld_cg_f32(typingctx, arr, off):
         """``arr.flat[off]`` (float32) read through L2 only (``ld.global.cg``): partial sums other blocks wrote."""
         if not (isinstance(arr, _types.Array) and arr.dtype == _types.float32 and isinstance(off, _types.Integer)):
@@ -194,10 +178,6 @@ else:
     @cuda.jit(device=True)
     def ld_cg_f32(arr, off):
         return arr.reshape(-1)[off]
-
-    @cuda.jit(device=True)
-    def pf_l2(arr, off):
-        pass
 
 
 if not IS_SIM:
@@ -361,7 +341,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0, pf: int = 0) -> str:
+                stages: int = 0, pb: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -376,11 +356,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``pb``: x-preparation items a thread loads before using any (0: 8 for one n-tile, 4 for two). Larger batches
     take fewer L2 round trips and more registers (the kernel's register count is its peak: 140 -> 168 for the
-    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration).
-
-    ``pf`` > 0: L2 prefetch ``pf`` tiles ahead (``prefetch.global.L2``, no registers): at the start a warp prefetches
-    its tiles 0 .. pf (weights, scales, biases of the chunk), and when it begins tile ``j`` it prefetches tile
-    ``j + pf + 1``; the register loads then find the lines in L2. Only the load path changes, not the bits."""
+    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration)."""
     lw, cl, steps = _lane_layout(bits, group)
     spg = group // 16
     wpg = group * bits // 32
@@ -452,25 +428,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
                         a(f"{ind}{names} = {lds}({arr}, so{h}{m}{suf} + {it * u})")
 
-    segw = cg * wpg  # words of a row's chunk
-    nln = -(-segw // 32)  # 128-byte lines of it (rows start line-aligned for the shapes that matter)
-
-    def prefetch(ind, jexpr):
-        """L2 prefetch of tile ``jexpr``'s rows of this chunk: lane (g, t) takes rows g, g + 8 of each 16-row part,
-        lines t, t + 4, ..; lanes t = 0 / 1 the row's scales / biases"""
-        a(f"{ind}if {jexpr} < ntw:")
-        J2 = ind + "    "
-        a(f"{J2}obp = (wid + ({jexpr}) * nwt) * {TR}")
-        for m in range(mt):
-            for dr in (0, 8):
-                a(f"{J2}rp = min(obp + {16 * m + dr} + g, out - 1)")
-                for q in range(-(-nln // 4)):
-                    a(f"{J2}pf_l2(W, rp * wpitch + G0 * {wpg} + min((t + {4 * q}) * 32, {segw - 1}))")
-                a(f"{J2}if t == 0:")
-                a(f"{J2}    pf_l2(S, rp * spitch + G0)")
-                a(f"{J2}elif t == 1:")
-                a(f"{J2}    pf_l2(B, rp * spitch + G0)")
-
     def piece(st, k):
         return f"((warp * {stages} + {st}) * {NP} + {k}) * 32 + lane"
 
@@ -525,8 +482,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     assert depth <= nit
     bases("    ", "c", "0")
-    for jj in range(pf + 1 if pf else 0):
-        prefetch("    ", str(jj))
     if stages:
         for qq in range(stages - 1):
             copies("    ", qq, "c", qq)
@@ -593,8 +548,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("    qg = 0")
     a("    for jt in range(ntw):")
     J = "        "
-    if pf:
-        prefetch(J, f"jt + {pf + 1}")
     bases(J, "n", "min(jt + 1, ntw - 1)")
     for it in range(nit):
         if stages:
@@ -709,30 +662,29 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0):
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf)
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
-                + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf))
+                + (f"_p{pb}" if pb else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
-               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
-               "pf_l2": pf_l2}
+               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait}
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
         fn = _kcache.build(name, src, glb, __name__)
         _KCACHE[key] = fn
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf), **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb), **kw)
     return _KCACHE[key]
 
 
@@ -760,7 +712,6 @@ class V3Plan:
     stages: int = 0  # > 0: the cp.async ring form for one-n-tile launches (1-4 rows) where it applies
     pb: int = 0  # x-preparation batch (0: the measured default)
     occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM, registers capped (27B: 85.8 vs 100.4 tok/s; off)
-    pf: int = 0  # > 0: L2 prefetch this many tiles ahead (``_gen_source``)
 
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
@@ -807,7 +758,7 @@ class V3Plan:
 # 0 = off; pb: the x-preparation batch; both slower at every shape on the H200 in session 11, see
 # benchmarks/results/session11_2026-11-30.md; occ1: blocks an SM for one-n-tile launches with registers capped to
 # fit, slower end to end: 27B one stream 85.8 vs 100.4 tok/s, session12_2026-11-30.md)
-_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0, pf=0)
+_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
 SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
 
 
@@ -815,15 +766,13 @@ def _tuning():
     v = os.environ.get("TENSORFOLD_GEMV3", "")
     d = dict(_DEF)
     if v:
-        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb", "occ1", "pf"],
+        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb", "occ1"],
                           [int(p) for p in v.split(",")])))
-    if os.environ.get("TENSORFOLD_GEMV3_PF", "").strip():
-        d["pf"] = int(os.environ["TENSORFOLD_GEMV3_PF"])
     return d
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None, stages=None, pb=None, occ1=None, pf=None) -> V3Plan:
+         cg=None, stages=None, pb=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -835,7 +784,6 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     stages = tu["stages"] if stages is None else stages
     pb = tu["pb"] if pb is None else pb
     occ1 = tu["occ1"] if occ1 is None else occ1
-    pf = tu["pf"] if pf is None else pf
     ng = inp // group
     while u > 1 and ng % u:
         u //= 2
@@ -850,7 +798,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1, pf)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
 
 
 _COUNTERS: dict = {}
@@ -887,8 +835,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
         nt = nt_for(n)
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       p.pf)
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:
@@ -916,7 +863,7 @@ def _specs():
             if key in seen:
                 continue
             seen.add(key)
-            f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, pf=p.pf)
+            f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth)
             specs.append((f, _SIG))
             hot.add(f.__name__)
     for bits, group in FORMATS:
@@ -926,11 +873,6 @@ def _specs():
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))
-    # L2 prefetch one and two tiles ahead (TENSORFOLD_GEMV3_PF), 27B down, one and two n-tiles
-    p = plan(5120, 17408, 4, 64)
-    for pf, nt in ((1, 1), (2, 2)):
-        if pf != p.pf:
-            specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, pf=pf), _SIG))
     return specs, hot
 
 

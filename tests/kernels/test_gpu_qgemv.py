@@ -1,8 +1,7 @@
 """GPU tier for ``tensorfold.kernels.qgemv`` (the bandwidth-oriented tensor-core decode GEMV), run on the device:
 ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_qgemv.py``.
 
-Real 9B gate+up and 27B down shapes at 4-bit g64 with the default geometry (and L2 prefetch 1 and 2 tiles ahead,
-which must give the same bits), 1 to 16 rows (both n-tile kernels; 9-16
+Real 9B gate+up and 27B down shapes at 4-bit g64 with the default geometry, 1 to 16 rows (both n-tile kernels; 9-16
 rows as two launches), every other format at 4096 x 4096 (3 rows). MLX-packed random codes with random bf16
 scales / biases. Oracle: float64 numpy on the dequantized weights (``test_gpu_gemv._ref``). Tolerance: |y - ref| <=
 3e-5 * (|x| @ |W|) elementwise, the first tensor-core kernel's bound (x enters as bf16 hi + lo, fp32 accumulation of
@@ -44,14 +43,10 @@ def test_real_shapes_rows_1_to_16(label, out, inp):
     x = rng.standard_normal((16, inp)).astype(np.float32)
     ref, bound = _ref(x, P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
-    first = None
-    for cfg in ({"pf": 0}, {"pf": 1}, {"pf": 2}):  # L2 prefetch 0 / 1 / 2 tiles ahead: the same bits
+    for cfg in ({},):
         p = Q.plan(out, inp, bits, group, **cfg)
         full = _run(cuda, dev, x, p, bits, group)
         _check(full, ref, bound)
-        if first is None:
-            first = full
-        assert np.array_equal(first.view(np.uint32), full.view(np.uint32)), f"{label} {p}: prefetch changed bits"
         again = _run(cuda, dev, x, p, bits, group)
         assert np.array_equal(again.view(np.uint32), full.view(np.uint32)), f"{label} {p}: second launch differs"
         for r0, R in ((0, 1), (5, 1), (15, 1), (0, 4), (3, 5), (8, 8)):

@@ -169,21 +169,3 @@ def test_occupancy_knob_is_launch_geometry_only():
     y1 = _go(P, S, B, x, occ)
     assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
     assert not Q.counters().any()
-
-
-@pytest.mark.parametrize("bits,group,mt", [(4, 64, 1), (8, 32, 2), (2, 128, 1)])
-def test_l2_prefetch_same_bits(bits, group, mt):
-    """The L2-prefetch form (``pf`` tiles ahead: prefetches of weight, scale and bias lines at the start and at
-    every tile, offsets clamped inside the arrays) only adds hints: the same bits as without, 1-6 rows, with warps
-    walking several tiles (the simulator runs the generated code, where a prefetch does nothing)."""
-    out, K = 72, 512
-    P, S, B = _case(bits, group, out, K)
-    x = (rng.standard_normal((6, K)) * 3).astype(np.float32)
-    cg = K // group // 2
-    base = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=2, depth=1, blocks=4)
-    y0 = _go(P, S, B, x, base)
-    _check(y0, *_ref(x, P, S, B, bits, group))
-    for pf in (1, 2):
-        y1 = _go(P, S, B, x, Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=2, depth=1, blocks=4, pf=pf))
-        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"pf={pf}"
-    assert not Q.counters().any()
