@@ -13,6 +13,13 @@ the attribute, and only inside ``scope()`` (``glue.capture_graph`` opens it). An
 usual way and waits for the complete previous kernel, so a chain stays ordered: a kernel's completion implies its
 wait returned, hence that its predecessor completed.
 
+Measured on the H200 (benchmarks/results/session13_2026-11-30.md, decode tok/s at 1 stream, PDL off -> on, each pair
+in one process sequence on one GPU): 2B 572.7 -> 623.2, 9B 259.4 -> 267.7, 27B 101.5 -> 104.2 with the GEMVs
+signalling after their main loop (``_device.pdl_trigger_mode`` ``gemv_end``, the default). Every kernel signalling
+at its start was slower at 2B (561.3 vs 596.7 off): the next GEMV's blocks then take SM slots while the current
+one still runs. The gain is small because a boundary in a replayed graph was already cheap (about 0.9 µs a kernel
+at 2B: 1,488 µs of kernel time in a 1,705 µs step, session 12); the GEMVs' own time is the lever.
+
 ``TENSORFOLD_PDL=0`` turns the attribute off (the kernels keep their instructions, which are no-ops then). The
 simulator and devices below cc 9.0 never use it. numba-cuda's ``_Kernel.launch`` has no launch-attribute
 parameter, so ``install`` wraps it (and the dispatcher's ``call``, which knows the kernel's Python function):
