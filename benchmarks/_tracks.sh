@@ -3,6 +3,11 @@
 # both side by side, each bounded by $CAP seconds, notes their exit codes in $OUT/{a,b}/track.txt and packs $OUT/a
 # and $OUT/b (plus any extra paths given) into $OUT/NAME.tar.gz (the device returns few files). Variables the
 # tracks need must be exported by the caller or named in TRACK_VARS.
+# A `.commit` file beside the scripts' checkout (written when the snapshot is archived: `git rev-parse --short HEAD
+# > .snap/.commit`) becomes TF_COMMIT, which bench_decode.py records (the device copy has no git metadata of its own).
+if [ -z "${TF_COMMIT:-}" ] && [ -f "$(dirname "${BASH_SOURCE[0]}")/../.commit" ]; then
+    export TF_COMMIT=$(cat "$(dirname "${BASH_SOURCE[0]}")/../.commit")
+fi
 run_tracks() {
     local name=$1; shift
     mkdir -p "$OUT/a" "$OUT/b"
