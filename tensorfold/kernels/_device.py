@@ -639,9 +639,10 @@ def _pdl_emit() -> bool:
 
 
 def pdl_trigger_mode() -> str:
-    """Where kernels signal their dependents (``TENSORFOLD_PDL_TRIGGER``, read when code is generated; a kernel
-    cache directory holds one mode's code): ``start`` (every kernel at its start), ``gemv_end`` (the GEMVs after
-    their main loop, the others at their start) or ``none`` (no instruction: dependents start as the kernel exits)."""
+    """Where kernels signal their dependents (``TENSORFOLD_PDL_TRIGGER``, read when code is generated; part of the
+    kernel-cache digest): ``gemv_end`` (default: the GEMVs after their main loop, the others at their start),
+    ``start`` (every kernel at its start; slower at 2B, benchmarks/results/session13_2026-11-30.md) or ``none`` (no
+    instruction: dependents start as the kernel exits)."""
     m = os.environ.get("TENSORFOLD_PDL_TRIGGER", "gemv_end").strip() or "gemv_end"
     if m not in ("start", "gemv_end", "none"):
         raise ValueError(f"TENSORFOLD_PDL_TRIGGER={m!r}: expected start, gemv_end or none")

@@ -5,8 +5,9 @@ Starting a model compiles every kernel it launches; the generated ones (``qgemv`
 kernels on disk (``cuda.jit(cache=True)``), but only for functions defined in a source file, and the generators
 build theirs with ``exec``. With the cache on, a generated kernel's source is written once to a module file under
 ``$TENSORFOLD_CACHE_DIR`` (default ``~/.cache/tensorfold``), in a directory named after a digest of every
-``tensorfold/kernels`` source and the numba-cuda version, imported from there, and jitted with ``cache=True``: numba
-stores the compiled kernel beside the file and a later process loads it instead of compiling.
+``tensorfold/kernels`` source, the numba-cuda version and ``TENSORFOLD_PDL_TRIGGER``, imported from there, and
+jitted with ``cache=True``: numba stores the compiled kernel beside the file and a later process loads it instead
+of compiling.
 
 Why the digest directory: numba checks only the kernel's own file when it reuses a cached kernel, not the device
 functions it calls from other modules; a change to any kernel source therefore starts a fresh directory. A file
@@ -83,6 +84,8 @@ def _digest() -> str:
             h.update(version("numba-cuda").encode())
         except Exception:  # noqa: BLE001
             pass
+        # the PDL trigger placement changes the hand-written kernels' code without changing their files
+        h.update(os.environ.get("TENSORFOLD_PDL_TRIGGER", "").strip().encode())
         _DIGEST.append(h.hexdigest()[:16])
     return _DIGEST[0]
 
