@@ -35,7 +35,7 @@ from numba import cuda
 
 from ._device import IS_SIM
 
-__all__ = ["files_on", "cache_on", "cache_dir", "load_generated", "build", "jit", "kjit", "cacheable"]
+__all__ = ["files_on", "cache_on", "cache_dir", "load_generated", "build", "jit", "kjit", "cacheable", "variant"]
 
 _G: dict = {}  # module key -> the globals its generated source runs with
 _DIGEST: list = []
@@ -198,3 +198,14 @@ def jit(fn, **kw):
 
 
 kjit = jit  # the name the hand-written kernels' modules use
+
+
+def variant(template, name: str, **consts):
+    """A copy of the module-level kernel ``template`` named ``name`` whose globals ``consts`` override (device
+    functions, flags): the compile-time choices a closure would capture, without a closure, so the copy stays
+    :func:`cacheable` (numba keys its cache files by the qualified name, so each variant gets its own)."""
+    import types as _pytypes
+
+    fn = _pytypes.FunctionType(template.__code__, dict(template.__globals__, **consts), name)
+    fn.__qualname__ = name
+    return fn

@@ -567,20 +567,14 @@ def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
             acc_out[r, kvh * G + g, c, d] = a
         cuda.syncthreads()
 
-def _make_partials(fmt, g):
-    import types as _pytypes
 
+def _make_partials(fmt, g):
     ld_, dec_, nw, _, quant = _FMT[fmt]
     kb = _kb(fmt, g)
     nstep = kb.bit_length() - 1
     consts = dict(G=g, KB=kb, LPK=32 // kb, NSTEP=nstep, NREST=5 - nstep, KBH=max(1, kb // 2), GL=g * LPV,
                   KPI=NWARP * kb, NW=nw, GKB=g * kb, KBNW=kb * nw, QUANT=quant, ld=ld_, dec=dec_)
-    gl = dict(globals())
-    gl.update(consts)
-    name = f"attn_partials_{fmt}_g{g}"
-    fn = _pytypes.FunctionType(attn_partials.__code__, gl, name)
-    fn.__qualname__ = name
-    return fn
+    return _kcache.variant(attn_partials, f"attn_partials_{fmt}_g{g}", **consts)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -32,36 +32,34 @@ def _id_f32(v):
     return np.float32(v)
 
 
-def _make_affine(conv):
-    def embed_affine(ids, W, S, B, y, bits, group):
-        pdl_trigger()  # the next launch may start (kernels._pdl)
-        pdl_wait()  # the previous kernel's writes are visible from here
-        n, H = y.shape
-        mask = (np.uint32(1) << np.uint32(bits)) - np.uint32(1)
-        i = cuda.grid(1)
-        step = cuda.gridsize(1)
-        while i < n * H:
-            r = i // H
-            c = i - r * H
-            row = ids[r]
-            off = c * bits
-            lo = off >> 5
-            sh = off & 31
-            v = W[row, lo] >> np.uint32(sh)
-            if sh + bits > 32:
-                v = v | (W[row, lo + 1] << np.uint32(32 - sh))
-            q = np.float32(np.uint32(v & mask))
-            gi = c // group
-            y[r, c] = conv(S[row, gi]) * q + conv(B[row, gi])
-            i += step
-
-    return embed_affine
+CONV = bf16_to_f32  # scale / bias decoder: each variant below sets its own (``_kcache.variant``)
 
 
-embed_affine_bf16_py = _make_affine(bf16_to_f32)
-embed_affine_bf16_py.__name__ = "embed_affine_bf16_k"
-embed_affine_f32_py = _make_affine(_id_f32)
-embed_affine_f32_py.__name__ = "embed_affine_f32_k"
+def _embed_affine(ids, W, S, B, y, bits, group):
+    pdl_trigger()  # the next launch may start (kernels._pdl)
+    pdl_wait()  # the previous kernel's writes are visible from here
+    n, H = y.shape
+    mask = (np.uint32(1) << np.uint32(bits)) - np.uint32(1)
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n * H:
+        r = i // H
+        c = i - r * H
+        row = ids[r]
+        off = c * bits
+        lo = off >> 5
+        sh = off & 31
+        v = W[row, lo] >> np.uint32(sh)
+        if sh + bits > 32:
+            v = v | (W[row, lo + 1] << np.uint32(32 - sh))
+        q = np.float32(np.uint32(v & mask))
+        gi = c // group
+        y[r, c] = CONV(S[row, gi]) * q + CONV(B[row, gi])
+        i += step
+
+
+embed_affine_bf16_py = _kcache.variant(_embed_affine, "embed_affine_bf16_k", CONV=bf16_to_f32)
+embed_affine_f32_py = _kcache.variant(_embed_affine, "embed_affine_f32_k", CONV=_id_f32)
 embed_affine_bf16_k = _kcache.kjit(embed_affine_bf16_py)
 embed_affine_f32_k = _kcache.kjit(embed_affine_f32_py)
 

@@ -39,124 +39,122 @@ def _enc_f32(x):
     return x
 
 
-def _make(enc, QUANT):
-    def qk_norm_rope_store(qg, k, v, q_norm, k_norm, inv_freq, pos, row_slot, cache_idx, eps, q_out,
-                           k_cache, v_cache, k_scale, v_scale):
-        pdl_trigger()  # the next launch may start (kernels._pdl)
-        pdl_wait()  # the previous kernel's writes are visible from here
-        R = qg.shape[0]
-        nH = qg.shape[1]
-        hd = q_out.shape[2]
-        half = inv_freq.shape[0]
-        rot = 2 * half
-        j = cuda.blockIdx.y
-        tid = cuda.threadIdx.x
-        xs = cuda.shared.array(MAXHD, float32)
-        ys = cuda.shared.array(MAXHD, float32)
-        red = cuda.shared.array(NT, float32)
-        isq = j < nH
-        h = j - nH
-        r = cuda.blockIdx.x
-        while r < R:
-            slot = row_slot[r]
-            ci = cache_idx[r]
-            if slot >= 0 and (isq or ci >= 0):
-                ss = float32(0.0)
-                for d in range(tid, hd, NT):
-                    if isq:
-                        x = qg[r, j, d]
-                    else:
-                        x = k[r, h, d]
-                    xs[d] = x
-                    ss += x * x
-                red[tid] = ss
-                cuda.syncthreads()
-                s = NT // 2
-                while s > 0:
-                    if tid < s:
-                        red[tid] += red[tid + s]
-                    cuda.syncthreads()
-                    s //= 2
-                den = float32(math.sqrt(red[0] / float32(hd) + eps))
-                cuda.syncthreads()
-                for d in range(tid, hd, NT):
-                    if isq:
-                        mlt = q_norm[d]
-                    else:
-                        mlt = k_norm[d]
-                    xs[d] = xs[d] / den * mlt
-                cuda.syncthreads()
-                p = float32(pos[r])
-                amax = float32(0.0)
-                for d in range(tid, hd, NT):
-                    y = xs[d]
-                    if d < rot:
-                        if d < half:
-                            ang = p * inv_freq[d]
-                            y = xs[d] * float32(math.cos(ang)) - xs[d + half] * float32(math.sin(ang))
-                        else:
-                            ang = p * inv_freq[d - half]
-                            y = xs[d] * float32(math.cos(ang)) + xs[d - half] * float32(math.sin(ang))
-                    ys[d] = y
-                    amax = max(amax, abs(y))
+ENC, QUANT = _enc_f32, False  # the cache format: each variant below sets its own (``_kcache.variant``)
+
+
+def _qk_norm_rope_store(qg, k, v, q_norm, k_norm, inv_freq, pos, row_slot, cache_idx, eps, q_out,
+                        k_cache, v_cache, k_scale, v_scale):
+    pdl_trigger()  # the next launch may start (kernels._pdl)
+    pdl_wait()  # the previous kernel's writes are visible from here
+    R = qg.shape[0]
+    nH = qg.shape[1]
+    hd = q_out.shape[2]
+    half = inv_freq.shape[0]
+    rot = 2 * half
+    j = cuda.blockIdx.y
+    tid = cuda.threadIdx.x
+    xs = cuda.shared.array(MAXHD, float32)
+    ys = cuda.shared.array(MAXHD, float32)
+    red = cuda.shared.array(NT, float32)
+    isq = j < nH
+    h = j - nH
+    r = cuda.blockIdx.x
+    while r < R:
+        slot = row_slot[r]
+        ci = cache_idx[r]
+        if slot >= 0 and (isq or ci >= 0):
+            ss = float32(0.0)
+            for d in range(tid, hd, NT):
                 if isq:
-                    for d in range(tid, hd, NT):
-                        q_out[r, j, d] = ys[d]
+                    x = qg[r, j, d]
                 else:
-                    if QUANT:
-                        red[tid] = amax
-                        cuda.syncthreads()
-                        s = NT // 2
-                        while s > 0:
-                            if tid < s:
-                                red[tid] = max(red[tid], red[tid + s])
-                            cuda.syncthreads()
-                            s //= 2
-                        sc = red[0] / float32(E4M3_MAX)
-                        cuda.syncthreads()
-                        if tid == 0:
-                            k_scale[slot, ci, h] = sc
-                        for d in range(tid, hd, NT):
-                            if sc > float32(0.0):
-                                k_cache[slot, ci, h, d] = enc(ys[d] / sc)
-                            else:
-                                k_cache[slot, ci, h, d] = enc(float32(0.0))
-                        # v: plain copy + quantize
-                        vmax = float32(0.0)
-                        for d in range(tid, hd, NT):
-                            vv = v[r, h, d]
-                            vmax = max(vmax, abs(vv))
-                        red[tid] = vmax
-                        cuda.syncthreads()
-                        s = NT // 2
-                        while s > 0:
-                            if tid < s:
-                                red[tid] = max(red[tid], red[tid + s])
-                            cuda.syncthreads()
-                            s //= 2
-                        sv = red[0] / float32(E4M3_MAX)
-                        if tid == 0:
-                            v_scale[slot, ci, h] = sv
-                        for d in range(tid, hd, NT):
-                            if sv > float32(0.0):
-                                v_cache[slot, ci, h, d] = enc(v[r, h, d] / sv)
-                            else:
-                                v_cache[slot, ci, h, d] = enc(float32(0.0))
-                    else:
-                        for d in range(tid, hd, NT):
-                            k_cache[slot, ci, h, d] = enc(ys[d])
-                            v_cache[slot, ci, h, d] = enc(v[r, h, d])
+                    x = k[r, h, d]
+                xs[d] = x
+                ss += x * x
+            red[tid] = ss
+            cuda.syncthreads()
+            s = NT // 2
+            while s > 0:
+                if tid < s:
+                    red[tid] += red[tid + s]
                 cuda.syncthreads()
-            r += cuda.gridDim.x
+                s //= 2
+            den = float32(math.sqrt(red[0] / float32(hd) + eps))
+            cuda.syncthreads()
+            for d in range(tid, hd, NT):
+                if isq:
+                    mlt = q_norm[d]
+                else:
+                    mlt = k_norm[d]
+                xs[d] = xs[d] / den * mlt
+            cuda.syncthreads()
+            p = float32(pos[r])
+            amax = float32(0.0)
+            for d in range(tid, hd, NT):
+                y = xs[d]
+                if d < rot:
+                    if d < half:
+                        ang = p * inv_freq[d]
+                        y = xs[d] * float32(math.cos(ang)) - xs[d + half] * float32(math.sin(ang))
+                    else:
+                        ang = p * inv_freq[d - half]
+                        y = xs[d] * float32(math.cos(ang)) + xs[d - half] * float32(math.sin(ang))
+                ys[d] = y
+                amax = max(amax, abs(y))
+            if isq:
+                for d in range(tid, hd, NT):
+                    q_out[r, j, d] = ys[d]
+            else:
+                if QUANT:
+                    red[tid] = amax
+                    cuda.syncthreads()
+                    s = NT // 2
+                    while s > 0:
+                        if tid < s:
+                            red[tid] = max(red[tid], red[tid + s])
+                        cuda.syncthreads()
+                        s //= 2
+                    sc = red[0] / float32(E4M3_MAX)
+                    cuda.syncthreads()
+                    if tid == 0:
+                        k_scale[slot, ci, h] = sc
+                    for d in range(tid, hd, NT):
+                        if sc > float32(0.0):
+                            k_cache[slot, ci, h, d] = ENC(ys[d] / sc)
+                        else:
+                            k_cache[slot, ci, h, d] = ENC(float32(0.0))
+                    # v: plain copy + quantize
+                    vmax = float32(0.0)
+                    for d in range(tid, hd, NT):
+                        vv = v[r, h, d]
+                        vmax = max(vmax, abs(vv))
+                    red[tid] = vmax
+                    cuda.syncthreads()
+                    s = NT // 2
+                    while s > 0:
+                        if tid < s:
+                            red[tid] = max(red[tid], red[tid + s])
+                        cuda.syncthreads()
+                        s //= 2
+                    sv = red[0] / float32(E4M3_MAX)
+                    if tid == 0:
+                        v_scale[slot, ci, h] = sv
+                    for d in range(tid, hd, NT):
+                        if sv > float32(0.0):
+                            v_cache[slot, ci, h, d] = ENC(v[r, h, d] / sv)
+                        else:
+                            v_cache[slot, ci, h, d] = ENC(float32(0.0))
+                else:
+                    for d in range(tid, hd, NT):
+                        k_cache[slot, ci, h, d] = ENC(ys[d])
+                        v_cache[slot, ci, h, d] = ENC(v[r, h, d])
+            cuda.syncthreads()
+        r += cuda.gridDim.x
 
-    return qk_norm_rope_store
 
-
-qk_norm_rope_store_f32 = _make(_enc_f32, False)
-qk_norm_rope_store_bf16 = _make(f32_to_bf16, False)
-qk_norm_rope_store_e4m3 = _make(f32_to_e4m3, True)
-for _f, _n in ((qk_norm_rope_store_f32, "f32"), (qk_norm_rope_store_bf16, "bf16"), (qk_norm_rope_store_e4m3, "e4m3")):
-    _f.__name__ = f"qk_norm_rope_store_{_n}"
+qk_norm_rope_store_f32, qk_norm_rope_store_bf16, qk_norm_rope_store_e4m3 = (
+    _kcache.variant(_qk_norm_rope_store, f"qk_norm_rope_store_{n}", ENC=enc, QUANT=quant)
+    for n, enc, quant in (("f32", _enc_f32, False), ("bf16", f32_to_bf16, False), ("e4m3", f32_to_e4m3, True)))
 
 
 def _sig(t):

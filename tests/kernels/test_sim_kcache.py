@@ -110,3 +110,22 @@ def test_cacheable():
     glb: dict = {}
     exec(compile("def f(x):\n    x[0] = 1\n", "<generated>", "exec"), glb)
     assert not _kcache.cacheable(glb["f"])
+    # variants of a module-level template (globals overridden, no closure): cacheable, each under its own name
+    from tensorfold.kernels import attention, embedding, kv8
+
+    for fn in (embedding.embed_affine_bf16_py, embedding.embed_affine_f32_py, kv8.qk_norm_rope_store_bf16,
+               kv8.qk_norm_rope_store_e4m3, attention._partials_py("bf16", 4)):
+        assert _kcache.cacheable(fn), fn
+    names = {fn.__qualname__ for fn in (kv8.qk_norm_rope_store_f32, kv8.qk_norm_rope_store_bf16,
+                                        kv8.qk_norm_rope_store_e4m3)}
+    assert len(names) == 3
+    assert kv8.qk_norm_rope_store_e4m3.__globals__["QUANT"] and not kv8.qk_norm_rope_store_bf16.__globals__["QUANT"]
+
+
+def test_variant_overrides_globals_only():
+    """``_kcache.variant``: the template's code with some globals replaced; the template and its module untouched."""
+    from tensorfold.kernels import kv8
+
+    v = _kcache.variant(kv8._qk_norm_rope_store, "probe_variant", QUANT=True)
+    assert v.__code__ is kv8._qk_norm_rope_store.__code__ and v.__qualname__ == v.__name__ == "probe_variant"
+    assert v.__globals__["QUANT"] is True and kv8.QUANT is False and v.__globals__["NT"] == kv8.NT
