@@ -32,7 +32,11 @@ def test_pdl_graph_steps_equal_eager():
     from tensorfold.kernels import _pdl
     from tensorfold.runtime.backend import CudaBackend
 
-    assert _pdl.enabled(), "PDL should be available on a cc 9.0 device with this cuda.core"
+    from numba import cuda
+
+    if tuple(cuda.get_current_device().compute_capability) < (9, 0):
+        pytest.skip("PDL needs cc >= 9.0 (griddepcontrol)")
+    assert _pdl.enabled(), "PDL should be available on a cc >= 9.0 device with this cuda.core"
     ck = _synth("2b")
     V = ck.config.vocab_size
     start = _pdl.launches()
