@@ -55,6 +55,8 @@ __all__ = [
     "ldg_f32x4_2d",
     "pdl_wait",
     "pdl_trigger",
+    "pdl_begin",
+    "gemv_trigger_here",
     "pdl_target",
     "pdl_trigger_mode",
     "COMPILE_SPECS",
@@ -612,9 +614,9 @@ else:
 # ----------------------------------------------------------------------------------------------------------------
 # programmatic dependent launch (sm_90+): ``pdl_trigger()`` lets the launch that follows this kernel in its stream
 # start its blocks now (their loads of data no kernel writes -- weights -- overlap this kernel's tail);
-# ``pdl_wait()`` returns once the kernel before this one has completed and its writes are visible. A kernel that
-# calls ``pdl_wait`` before its first read of activations / metadata and its first global write, in every block,
-# is "PDL-aware" (``kernels._pdl.aware``: its code names ``pdl_wait``) and may be launched with the programmatic
+# ``pdl_wait()`` returns once the kernel before this one has completed and its writes are visible; ``pdl_begin()``
+# is both, the first statement of most kernels. A kernel that calls ``pdl_wait`` / ``pdl_begin`` before its first
+# read of activations / metadata and its first global write, in every block, is "PDL-aware" (``kernels._pdl.aware``) and may be launched with the programmatic
 # serialization attribute (``kernels._pdl``); launched without it both are no-ops. Only cc >= 9.0 has the
 # instructions: the code generator emits them when the target is sm_90 or newer (``pdl_target``), nothing below.
 # The simulator runs launches one after another: no-ops there.
@@ -649,24 +651,36 @@ def pdl_trigger_mode() -> str:
     return m
 
 
+def gemv_trigger_here(at: str) -> bool:
+    """Whether a GEMV generator emits ``pdl_trigger()`` at ``at`` ("start" or "end": after its main loop)."""
+    return (pdl_trigger_mode() == "gemv_end") == (at == "end")
+
+
+_TRIGGER = "griddepcontrol.launch_dependents;"
+_WAIT = "griddepcontrol.wait;"
+
 if not IS_SIM:
 
-    def _asm_pdl(text, trigger=False):
+    def _asm_pdl(*texts):
         def typer(typingctx):
             sig = types.void()
 
             def codegen(context, builder, sig, args):
-                if _pdl_emit() and not (trigger and pdl_trigger_mode() == "none"):
-                    asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
-                    builder.call(asm, [])
+                if _pdl_emit():
+                    for text in texts:
+                        if text == _TRIGGER and pdl_trigger_mode() == "none":
+                            continue
+                        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                        builder.call(asm, [])
                 return context.get_dummy_value()
 
             return sig, codegen
 
         return intrinsic(typer)
 
-    pdl_wait = _asm_pdl("griddepcontrol.wait;")
-    pdl_trigger = _asm_pdl("griddepcontrol.launch_dependents;", trigger=True)
+    pdl_wait = _asm_pdl(_WAIT)
+    pdl_trigger = _asm_pdl(_TRIGGER)
+    pdl_begin = _asm_pdl(_TRIGGER, _WAIT)  # a kernel's first statement: the usual pair
 
 else:
 
@@ -674,9 +688,7 @@ else:
     def pdl_wait():
         pass
 
-    @cuda.jit(device=True)
-    def pdl_trigger():
-        pass
+    pdl_trigger = pdl_begin = pdl_wait
 
 
 # ----------------------------------------------------------------------------------------------------------------

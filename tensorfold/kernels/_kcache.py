@@ -30,10 +30,11 @@ import importlib.util
 import inspect
 import os
 import sys
+import types
 
 from numba import cuda
 
-from ._device import IS_SIM
+from ._device import IS_SIM, pdl_trigger_mode
 
 __all__ = ["files_on", "cache_on", "cache_dir", "load_generated", "build", "jit", "kjit", "cacheable", "variant"]
 
@@ -85,7 +86,7 @@ def _digest() -> str:
         except Exception:  # noqa: BLE001
             pass
         # the PDL trigger placement changes the hand-written kernels' code without changing their files
-        h.update(os.environ.get("TENSORFOLD_PDL_TRIGGER", "").strip().encode())
+        h.update(pdl_trigger_mode().encode())
         _DIGEST.append(h.hexdigest()[:16])
     return _DIGEST[0]
 
@@ -204,8 +205,6 @@ def variant(template, name: str, **consts):
     """A copy of the module-level kernel ``template`` named ``name`` whose globals ``consts`` override (device
     functions, flags): the compile-time choices a closure would capture, without a closure, so the copy stays
     :func:`cacheable` (numba keys its cache files by the qualified name, so each variant gets its own)."""
-    import types as _pytypes
-
-    fn = _pytypes.FunctionType(template.__code__, dict(template.__globals__, **consts), name)
+    fn = types.FunctionType(template.__code__, dict(template.__globals__, **consts), name)
     fn.__qualname__ = name
     return fn

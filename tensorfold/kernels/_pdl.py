@@ -7,7 +7,7 @@ in the stream still runs (once every block of that kernel has called ``pdl_trigg
 ``pdl_wait``, which returns when the previous kernel has completed and its writes are visible. A GEMV issues its
 first weight loads before that wait, so they overlap the previous kernel's tail.
 
-A kernel is *aware* when its code names ``_device.pdl_wait`` (its contract: every block waits before its first read
+A kernel is *aware* when its code names ``_device.pdl_wait`` or ``pdl_begin`` (its contract: every block waits before its first read
 of activations or metadata and its first global write; weights may be read before). Only aware kernels are given
 the attribute, and only inside ``scope()`` (``glue.capture_graph`` opens it). An unaware kernel is launched the
 usual way and waits for the complete previous kernel, so a chain stays ordered: a kernel's completion implies its
@@ -42,9 +42,10 @@ _STATE: dict = {"installed": False, "ok": None, "launches": 0, "plain": set()}
 
 
 def aware(py_func) -> bool:
-    """Whether a kernel's Python function calls ``pdl_wait`` (by name, as its module or generated source binds it)."""
+    """Whether a kernel's Python function calls ``pdl_wait`` or ``pdl_begin`` (by name, as its module or generated
+    source binds it)."""
     code = getattr(py_func, "__code__", None)
-    return code is not None and "pdl_wait" in code.co_names
+    return code is not None and ("pdl_wait" in code.co_names or "pdl_begin" in code.co_names)
 
 
 def enabled() -> bool:
@@ -109,6 +110,8 @@ def install() -> bool:
     orig_launch, orig_call = K.launch, D.call
 
     def call(self, args, launch_config):
+        if not getattr(_TLS, "on", False):  # eager launches: untouched, no per-launch work
+            return orig_call(self, args, launch_config)
         prev = getattr(_TLS, "aware", None)
         _TLS.aware = (self, aware(self.py_func))
         try:

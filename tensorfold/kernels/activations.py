@@ -18,7 +18,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, devfn, pdl_trigger, pdl_wait
+from ._device import IS_SIM, devfn, pdl_begin
 from . import _kcache
 
 __all__ = ["silu_mul_k", "silu_mul_fused_k", "sigmoid_gate_k", "launch_silu_mul", "launch_silu_mul_fused",
@@ -37,8 +37,7 @@ def sigmoid_f32(x):
 
 @_kcache.kjit
 def silu_mul_k(g, u, y):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     R, n = g.shape
     i = cuda.grid(1)
     step = cuda.gridsize(1)
@@ -52,8 +51,7 @@ def silu_mul_k(g, u, y):
 
 @_kcache.kjit
 def silu_mul_fused_k(gu, y):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     R, n = y.shape
     i = cuda.grid(1)
     step = cuda.gridsize(1)
@@ -67,8 +65,7 @@ def silu_mul_fused_k(gu, y):
 
 @_kcache.kjit
 def sigmoid_gate_k(o, g, y):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     R, n = o.shape
     i = cuda.grid(1)
     step = cuda.gridsize(1)

@@ -92,7 +92,7 @@ from numba import cuda
 from . import _device
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_trigger, pdl_wait, warp_sum
+from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_begin, pdl_trigger, pdl_wait, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 from . import qgemv as _qgemv3
 
@@ -198,8 +198,7 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
     else:
         a(f"def {name}(W, S, B, x, y, R, c0, c1):")
     # c0, c1 unused placeholders keep one signature shape; (chunk split handled via gridDim.z)
-    gemv_end = _device.pdl_trigger_mode() == "gemv_end"
-    if not gemv_end:
+    if _device.gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start
     a("    pdl_wait()")  # the previous kernel's writes are visible from here
     a("    tid = cuda.threadIdx.x")
@@ -330,7 +329,7 @@ def _gen_gemv_source(name: str, bits: int, group: int, rb: int, tpb: int, sk: st
             a(f"    v = warp_sum(acc{o}_{r})")
             a("    if lane == 0:")
             a(f"        red[warp, {o * rb + r}] = v")
-    if gemv_end:
+    if _device.gemv_trigger_here("end"):
         a("    pdl_trigger()")
     a("    cuda.syncthreads()")
     a(f"    for t in range(tid, {NO * rb}, {tpb}):")
@@ -442,8 +441,7 @@ def get_qgemv_kernel(bits: int, group: int, rb: int, tpb: int, sk: str = "bf16",
 
 def _splitk_reduce_py(ws, y, R):
     """y[r, o] = sum_z ws[z, r, o] in z order (grid-stride over R*out)."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     ks = ws.shape[0]
     out = ws.shape[2]
     n = R * out
@@ -707,8 +705,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, R, c0, c1):")
-    gemv_end = _device.pdl_trigger_mode() == "gemv_end"
-    if not gemv_end:
+    if _device.gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
@@ -842,7 +839,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     for hname in ("a", "b"):
                         for j in range(lw):
                             a(f"{I}{dst}{hname}{uu}_{m}_{j} = {src}{hname}{uu}_{m}_{j}")
-    if gemv_end:
+    if _device.gemv_trigger_here("end"):
         a("    pdl_trigger()")
     # cross-warp sum in warp order (entry k summed and stored by warp k % nw), then store
     def store(J, m, n, i, v):

@@ -57,7 +57,7 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from tensorfold.kernels._device import FULL_MASK, IS_SIM, devfn, pdl_trigger, pdl_wait, warp_max, warp_sum
+from tensorfold.kernels._device import FULL_MASK, IS_SIM, devfn, pdl_begin, warp_max, warp_sum
 from . import _kcache
 
 SWU = 64  # split width unit (keys)
@@ -344,8 +344,7 @@ dec = None
 
 def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale,
                   m_out, l_out, acc_out):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     tid = cuda.threadIdx.x
     lane = tid % 32
     warp = tid // 32
@@ -583,8 +582,7 @@ def _make_partials(fmt, g):
 
 
 def attn_merge(m, l, acc, row_slot, nk, tmask, qg, use_gate, out):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     r = cuda.blockIdx.x
     h = cuda.blockIdx.y
     dbase = cuda.blockIdx.z * MQ

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from numba import cuda, float32, int32
 
-from tensorfold.kernels._device import IS_SIM, pdl_trigger, pdl_wait
+from tensorfold.kernels._device import IS_SIM, pdl_begin
 from . import _kcache
 
 VS = 32
@@ -55,8 +55,7 @@ def _walk_chain(chain, leaf, parent, tid):
 
 
 def gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     seg = cuda.blockIdx.x
     layer = cuda.blockIdx.z
     tx = cuda.threadIdx.x
@@ -97,8 +96,7 @@ def gdn_commit(state, log_k, log_d, log_a, parent, seg_slot, seg_leaf):
 
 
 def conv_commit(tail, xlog, parent, seg_slot, seg_leaf):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     NL = tail.shape[0]
     Km1 = tail.shape[2]
     Cc = tail.shape[3]
@@ -129,8 +127,7 @@ def conv_commit(tail, xlog, parent, seg_slot, seg_leaf):
 
 
 def kv_compact(k, v, k_scale, v_scale, parent, cache_idx, seg_slot, seg_leaf, seg_dst0):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     seg = cuda.blockIdx.x
     NLf = k.shape[0]
     nKV = k.shape[3]

@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda, float32
 
 from . import _kcache
-from ._device import pdl_trigger, pdl_wait
+from ._device import pdl_begin
 
 MAXK = 8
 
@@ -41,8 +41,7 @@ def silu32(x):
 
 
 def conv_rows(x, w, tail, row_slot, parent, y, xlog):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     R = x.shape[0]
     Cc = x.shape[1]
     K = w.shape[1]

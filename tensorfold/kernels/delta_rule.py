@@ -56,7 +56,7 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import FULL_MASK, IS_SIM, devfn, pdl_trigger, pdl_wait, warp_sum
+from ._device import FULL_MASK, IS_SIM, devfn, pdl_begin, warp_sum
 from . import _kcache
 from .conv import silu32
 
@@ -324,8 +324,7 @@ def _make_recurrent(general, fused=False):
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
              log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
-        pdl_trigger()  # the next launch may start (kernels._pdl)
-        pdl_wait()  # the previous kernel's writes are visible from here
+        pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
         ru = cuda.shared.array((SNW, SVS), float32)
         rn = cuda.shared.array((SNW, 2), float32)
         ro = cuda.shared.array((SNW, SVS), float32)
@@ -847,8 +846,7 @@ def _make_inter(vsi: int):
     KTP = KT + 1 if VSI < 32 else KT  # padded tile rows: lanes of one warp read two or more tile rows
 
     def kern(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
-        pdl_trigger()  # the next launch may start (kernels._pdl)
-        pdl_wait()  # the previous kernel's writes are visible from here
+        pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
         seg = cuda.blockIdx.x
         hv = cuda.blockIdx.y
         sl = cuda.blockIdx.z

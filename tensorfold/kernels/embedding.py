@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, bf16_to_f32, devfn, pdl_trigger, pdl_wait
+from ._device import IS_SIM, bf16_to_f32, devfn, pdl_begin
 from . import _kcache
 
 __all__ = ["embed_affine_bf16_k", "embed_affine_f32_k", "embed_dense_k", "launch_embed_affine", "launch_embed_dense",
@@ -36,8 +36,7 @@ CONV = bf16_to_f32  # scale / bias decoder: each variant below sets its own (``_
 
 
 def _embed_affine(ids, W, S, B, y, bits, group):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     n, H = y.shape
     mask = (np.uint32(1) << np.uint32(bits)) - np.uint32(1)
     i = cuda.grid(1)
@@ -66,8 +65,7 @@ embed_affine_f32_k = _kcache.kjit(embed_affine_f32_py)
 
 @_kcache.kjit
 def embed_dense_k(ids, W, y):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     n, H = y.shape
     i = cuda.grid(1)
     step = cuda.gridsize(1)

@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from tensorfold.kernels._device import IS_SIM, f32_to_bf16, f32_to_e4m3, pdl_trigger, pdl_wait
+from tensorfold.kernels._device import IS_SIM, f32_to_bf16, f32_to_e4m3, pdl_begin
 from . import _kcache
 
 NT = 32 if IS_SIM else 128  # the simulator runs a Python thread per GPU thread
@@ -44,8 +44,7 @@ ENC, QUANT = _enc_f32, False  # the cache format: each variant below sets its ow
 
 def _qk_norm_rope_store(qg, k, v, q_norm, k_norm, inv_freq, pos, row_slot, cache_idx, eps, q_out,
                         k_cache, v_cache, k_scale, v_scale):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     R = qg.shape[0]
     nH = qg.shape[1]
     hd = q_out.shape[2]

@@ -24,7 +24,7 @@ import os
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, devfn, pdl_trigger, pdl_wait, warp_sum
+from ._device import IS_SIM, devfn, pdl_begin, warp_sum
 from . import _kcache
 
 __all__ = ["add_rms_norm_k", "rms_norm_k", "gated_rms_norm_k", "launch_add_rms_norm", "launch_rms_norm",
@@ -59,8 +59,7 @@ def _sigmoid(x):
 
 
 def add_rms_norm_k(x, h, mult, y, eps):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     red = cuda.shared.array(32, np.float32)
     R, n = h.shape
     tid = cuda.threadIdx.x
@@ -77,8 +76,7 @@ def add_rms_norm_k(x, h, mult, y, eps):
 
 
 def rms_norm_k(x, mult, y, eps):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     red = cuda.shared.array(32, np.float32)
     R, n = x.shape
     tid = cuda.threadIdx.x
@@ -94,8 +92,7 @@ def rms_norm_k(x, mult, y, eps):
 
 
 def gated_rms_norm_k(o, z, w, y, eps, head_dim, act):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     R, n = o.shape
     heads = n // head_dim
     total = R * heads
@@ -235,8 +232,7 @@ def _gen_norm_v_source(name: str, vpt: int, add: bool) -> str:
     L = []
     a = L.append
     a(f"def {name}(x, h, mult, y, eps):" if add else f"def {name}(x, mult, y, eps):")
-    a("    pdl_trigger()")  # kernels._pdl: the next launch may start; the previous one's writes visible after the wait
-    a("    pdl_wait()")
+    a("    pdl_begin()")  # kernels._pdl: the next launch may start; the previous one's writes visible after
     a("    red = cuda.shared.array(64, np.float32)")
     a("    R = y.shape[0]")
     a("    n = y.shape[1]")
@@ -290,7 +286,7 @@ def get_norm_v_pyfunc(vpt: int, add: bool):
     if key not in _VCACHE:
         name = f"{'add_' if add else ''}rms_norm_v{vpt}"
         glb = {"cuda": cuda, "np": np, "math": math, "warp_sum": warp_sum, "_ld4": _ld4, "_st4": _st4,
-               "_ld4v": _ld4v, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait}
+               "_ld4v": _ld4v, "pdl_begin": pdl_begin}
         _VCACHE[key] = _kcache.build(name, _gen_norm_v_source(name, vpt, add), glb, __name__)
     return _VCACHE[key]
 

@@ -60,7 +60,8 @@ from numba import cuda
 
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, pdl_trigger, pdl_trigger_mode, pdl_wait
+from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, pdl_trigger,
+                      pdl_wait)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS", "HOT",
@@ -374,8 +375,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
-    gemv_end = pdl_trigger_mode() == "gemv_end"
-    if not gemv_end:
+    if gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
@@ -626,7 +626,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if stages:
         a("    cpa_wait0()")  # no copy may still be landing in shared memory when the block ends
     # ---- several chunks: one fence, arrivals counted per tile, the completing warp sums the tile in chunk order
-    if gemv_end:
+    if gemv_trigger_here("end"):
         a("    pdl_trigger()")
     a("    if ks > 1:")
     a("        cuda.threadfence()")

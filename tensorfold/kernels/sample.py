@@ -46,7 +46,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from ._device import FULL_MASK, IS_SIM, devfn, ldg_f32x4_2d, pdl_trigger, pdl_wait, warp_max, warp_sum, warp_sum_i
+from ._device import FULL_MASK, IS_SIM, devfn, ldg_f32x4_2d, pdl_begin, warp_max, warp_sum, warp_sum_i
 from . import _kcache
 
 __all__ = ["sample_k", "amax_k", "launch_sample", "launch_argmax", "sample_workspace", "argmax_workspace",
@@ -189,8 +189,7 @@ def amax_k(logits, valid_vocab, vec4, force, temps, best, cnt, out_ids, rmax, ra
     clears ``best[r]``, clears ``cnt[r]`` (both zero again for the next launch), and writes ``rmax/rarg[r]``, and
     ``out_ids[r]`` when ``force`` or the row is greedy (temperature <= 0 or no finite max, as the twin).
     ids >= valid_vocab are never read; an empty row gives id 0."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     tid = cuda.threadIdx.x
     lane = tid & 31
     nthr = cuda.blockDim.x
@@ -303,8 +302,7 @@ def hist_k(logits, temps, valid_vocab, rmax, rarg, hc, hm, zp):
     """Block (g, r) of a sampled row: per-bin counts ``hc[r, g, :]`` (exact) and masses ``hm[r, g, :]`` (float64
     shared atomics on the NB-1 head bins only: order-dependent, used only for a conservative bound), and the slice's
     total weight ``zp[r, g]`` (fixed order: per-thread strided sums, butterfly, warps in order)."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     sc = cuda.shared.array(NB, np.int32)
     sm = cuda.shared.array(NB, np.float64)
     redf = cuda.shared.array(32, np.float64)
@@ -364,8 +362,7 @@ def plan_k(hc, hm, zp, temps, top_k, top_p, min_p, valid_vocab, cap, rmax, rarg,
     exact key threshold select_k finds; without top-p, B = -1 (no threshold); then a block-sum draw over the whole
     row; 3 fallback (sample_k). ``off[r, g]``: where
     block g's candidates start; ``ztot[r]``: total weight (zp summed in g order)."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     tc = cuda.shared.array(NB, np.int32)
     tm = cuda.shared.array(NB, np.float64)
     bc = cuda.shared.array(3, np.int32)
@@ -525,8 +522,7 @@ def gather_k(logits, temps, valid_vocab, rmax, rarg, plan, off, cand, dsum):
     """Block g of a mode-1/2 row writes the ids of its slice with bin in [Blo, B] to ``cand[r, off[r, g]:]`` (order
     within the block arbitrary: the select sorts). Mode 2 with top-p: ``dsum[r, g]`` = weight of the slice's ids
     with bin < Blo (surely kept by top-p), fixed order (strided per-thread sums, butterfly, warps in order)."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     cnt = cuda.shared.array(1, np.int32)
     redf = cuda.shared.array(32, np.float64)
     tid = cuda.threadIdx.x
@@ -580,8 +576,7 @@ def _kept_wt(lv, m, Tf, mp, thr):
 def dsum_k(logits, temps, min_p, valid_vocab, rmax, rarg, plan, thrk, dsum):
     """Mode 2 rows: ``dsum[r, g]`` = kept weight (key >= thrk[r], min-p) of slice g, summed over contiguous
     per-thread chunks, chunk sums in thread order (draw_k repeats exactly that order in the chosen slice)."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     part = cuda.shared.array(1024, np.float64)
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
@@ -690,8 +685,7 @@ def select_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
     Mode 2 with top-p: sort the edge ids the same way; running mass = sure mass (dsum from gather_k, g order) +
     chunked sums over the sorted edge; ``thrk[r]`` = key of the first key-group end reaching top_p * Z (none: the
     smallest edge key); mode 2 without top-p: ``thrk[r] = 0``."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     sv = cuda.shared.array(CAND_CAP, np.float32)
     si = cuda.shared.array(CAND_CAP, np.int32)
     part = cuda.shared.array(FIN_TPB, np.float64)
@@ -871,8 +865,7 @@ def _pick(part, n, acc, target):
 def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, rarg, plan, thrk, dsum):
     """Mode 2 rows, one block: the slice whose running dsum (g order) passes u * Z, then the chunk (chunk sums in
     thread order, as dsum_k), then the id; u * Z never reached (rounding): the last kept id; nothing kept: argmax."""
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     part = cuda.shared.array(FIN_TPB, np.float64)
     ds = cuda.shared.array(GMAX, np.float64)
     bc = cuda.shared.array(4, np.int32)
@@ -941,8 +934,7 @@ def draw_k(logits, out_ids, temps, min_p, seeds, positions, valid_vocab, rmax, r
 
 
 def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, valid_vocab, rmax, rarg, plan):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     redf = cuda.shared.array(32, np.float64)
     redi = cuda.shared.array(32, np.int32)
     hist = cuda.shared.array(256, np.int32)

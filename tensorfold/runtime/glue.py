@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda, float32
 
 from tensorfold.kernels import _pdl
-from tensorfold.kernels._device import IS_SIM, pdl_trigger, pdl_wait
+from tensorfold.kernels._device import IS_SIM, pdl_begin
 
 NT = 2 if IS_SIM else 128  # the simulator runs a Python thread per GPU thread: keep its blocks tiny
 
@@ -30,8 +30,7 @@ __all__ = ["launch_argmax", "launch_zero_slot", "launch_gather", "sim_linear", "
 
 
 def gather_rows(x, sel, out):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     n = sel.shape[0]
     H = x.shape[1]
     i = cuda.blockIdx.x
@@ -43,8 +42,7 @@ def gather_rows(x, sel, out):
 
 
 def zero_slot(rec, conv, slot):
-    pdl_trigger()  # the next launch may start (kernels._pdl)
-    pdl_wait()  # the previous kernel's writes are visible from here
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     NL = rec.shape[0]
     n1 = rec.shape[2] * rec.shape[3] * rec.shape[4]
     n2 = conv.shape[2] * conv.shape[3]

@@ -1,6 +1,6 @@
 """Simulator tier for programmatic dependent launch (``kernels._pdl``; the GPU tier is ``test_gpu_pdl.py``).
 
-- ``_pdl.aware`` is true exactly for functions that name ``pdl_wait``.
+- ``_pdl.aware`` is true exactly for functions that name ``pdl_wait`` or ``pdl_begin``.
 - Coverage: every kernel the decode graphs launch -- steps with the device sampler, a committed window, a tree
   verify and its commit -- is PDL-aware, recorded from the simulator's launches on the tiny model. An unaware kernel
   would still be correct (it is launched without the attribute), but it would serialize the graph there.
@@ -15,7 +15,7 @@ from tests.runtime.conftest import make_runner
 
 from tensorfold.engine.backend import SampleRow
 from tensorfold.kernels import _pdl
-from tensorfold.kernels._device import pdl_wait
+from tensorfold.kernels._device import pdl_begin, pdl_wait
 from tensorfold.runtime import forward as F
 from tensorfold.runtime.graphs import DecodeGraphs
 
@@ -28,7 +28,12 @@ def test_aware_by_name():
     def k_plain(x):
         x[0] = 1.0
 
+    def k_begin(x):
+        pdl_begin()
+        x[0] = 1.0
+
     assert _pdl.aware(k_aware)
+    assert _pdl.aware(k_begin)
     assert not _pdl.aware(k_plain)
     assert not _pdl.aware(object())
 
