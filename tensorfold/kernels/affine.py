@@ -1067,9 +1067,13 @@ def plan_qgemv(out: int, inp: int, bits: int, group: int, scales: str = "bf16", 
     count (see the exactness rule). Formats of ``qgemv.FORMATS`` with bf16 scales get ``qgemv``'s kernel (a
     ``qgemv.V3Plan``) when enabled; other bits 2 (groups 64, 128), 4 and 8 the first tensor-core kernel unless
     ``TENSORFOLD_GEMV_TC=0``; the rest the CUDA-core kernel."""
-    if (bits != 16 and _tc_enabled() and _v3_enabled(out, inp)
-            and _qgemv3.supported(bits, group, inp, scales)):
-        return _qgemv3.plan(out, inp, bits, group)
+    if bits != 16 and _tc_enabled() and _qgemv3.supported(bits, group, inp, scales):
+        if os.environ.get("TENSORFOLD_GEMV_V3", "auto") != "0":
+            pf = _qgemv3.plan_pf(out, inp, bits, group)  # the whole weight fits shared memory: prefetch it
+            if pf is not None:
+                return pf
+        if _v3_enabled(out, inp):
+            return _qgemv3.plan(out, inp, bits, group)
     if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):
         return plan_tc(out, inp, bits, group)
     return _plan_cuda_core(out, inp, bits, group, max_tpb)

@@ -342,7 +342,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0) -> str:
+                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -357,7 +357,16 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``pb``: x-preparation items a thread loads before using any (0: 8 for one n-tile, 4 for two). Larger batches
     take fewer L2 round trips and more registers (the kernel's register count is its peak: 140 -> 168 for the
-    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration)."""
+    4-bit g64 one-n-tile kernel at 2 -> 8, 101 -> 140 with 2 groups an iteration).
+
+    ``pf`` > 0, the prefetch form (formats with 2 words a lane and group, ``u`` 2 or 4): before ``pdl_wait`` each
+    warp copies the weight and scale words of *all* its tiles (at most ``pf``) into dynamic shared memory with
+    ``cp.async``, one commit group a tile, so a small weight streams in while the previous kernel still runs; after
+    the x preparation a tile waits for its own group and reads its words back as the ``stages`` form does (the same
+    arithmetic, hence the same bits). The dynamic array holds the x fragments first, then the warps' tiles; the
+    launch gives its size (``V3Plan.dyn_bytes``). ``nwp`` (>= ``nw``): warps a block, the ones past ``nw`` only
+    help with the x preparation."""
+    nwp = max(nwp, nw)
     lw, cl, steps = _lane_layout(bits, group)
     spg = group // 16
     wpg = group * bits // 32
@@ -372,6 +381,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         assert lw == 2 and u in (2, 4) and 2 <= stages <= 8 and stages - 1 <= nit
     npw = mt * 2 * u  # ring pieces (8 bytes a lane) of weights an iteration, then the scale / bias pieces
     NP = npw + mt * 2 * (1 if u == 2 else 2)
+    if pf:
+        assert lw == 2 and u in (2, 4) and 1 <= pf <= len(_WAITS) and not stages
+    XBW = cg * spg * nt * 32  # words (uint64) of the x fragments
+    SPW = pf * nit  # ring stages a warp in the prefetch form: every iteration of its tiles
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
@@ -382,10 +395,14 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("    warp = tid >> 5")
     a("    g = lane >> 2")
     a("    t = lane & 3")
-    a(f"    xb = cuda.shared.array({cg * spg * nt * 32}, np.uint64)")
+    if pf:
+        a("    xb = cuda.shared.array(0, _U64)")  # dynamic: x fragments, then the warps' prefetched tiles
+        a("    wr = xb")
+    else:
+        a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
     a(f"    xs = cuda.shared.array({cg * nt * 4}, np.float32)")
     a(f"    xp = cuda.shared.array({cg * nt * 4 * 4 * spg}, np.float32)")
-    a(f"    lastf = cuda.shared.array({nw * 32}, np.int32)")
+    a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
     a("    out = W.shape[0]")
@@ -395,7 +412,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a(f"    nwt = cuda.gridDim.x * {nw}")
     a(f"    wid = bx * {nw} + warp")
     a(f"    ntile = (out + {TR - 1}) // {TR}")
-    a("    ntw = (ntile - wid + nwt - 1) // nwt if wid < ntile else 0")
+    if nwp > nw:
+        a(f"    ntw = (ntile - wid + nwt - 1) // nwt if (wid < ntile and warp < {nw}) else 0")
+    else:
+        a("    ntw = (ntile - wid + nwt - 1) // nwt if wid < ntile else 0")
     a(f"    total = ntw * {nit}")
     a(f"    G0 = kz * {cg}")
     a("    wpitch = W.shape[1]")
@@ -429,9 +449,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         a(f"{ind}{names} = {lds}({arr}, so{h}{m}{suf} + {it * u})")
 
     def piece(st, k):
+        if pf:
+            return f"{XBW} + ((warp * {SPW} + {st}) * {NP} + {k}) * 32 + lane"
         return f"((warp * {stages} + {st}) * {NP} + {k}) * 32 + lane"
 
-    def copies(ind, st, suf, it):
+    def copies(ind, st, suf, it, commit=True):
         """cp.async of iteration ``it``'s weight and scale / bias words (tile bases ``suf``) into ring stage ``st``"""
         a(f"{ind}cst = {st}")
         for m in range(mt):
@@ -446,7 +468,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 else:
                     a(f"{ind}cpa8(wr, {piece('cst', kb_)}, 0, S, so{h}{m}{suf} + {it * u})")
                     a(f"{ind}cpa8(wr, {piece('cst', kb_ + 1)}, 0, B, so{h}{m}{suf} + {it * u})")
-        a(f"{ind}cpa_commit()")
+        if commit:
+            a(f"{ind}cpa_commit()")
 
     def reads(ind, st):
         """ring stage ``st`` back into the names the compute uses (``p0_...``)"""
@@ -482,7 +505,16 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     assert depth <= nit
     bases("    ", "c", "0")
-    if stages:
+    if pf:
+        # every tile of this warp (one commit group each, empty past ntw, so tile j waits for pf - 1 - j groups)
+        for jt in range(pf):
+            a(f"    if {jt} < ntw:")
+            if jt:
+                bases("        ", "c", str(jt))
+            for it in range(nit):
+                copies("        ", jt * nit + it, "c", it, commit=False)
+            a("    cpa_commit()")
+    elif stages:
         for qq in range(stages - 1):
             copies("    ", qq, "c", qq)
     else:
@@ -495,14 +527,14 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     I = "    "
     a(f"{I}kb = G0 * {group}")
     nitems = cg * spg * 4 * nt * 4
-    ipt = -(-nitems // (nw * 32))  # items per thread
+    ipt = -(-nitems // (nwp * 32))  # items per thread
     # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
     PB = min(ipt, pb or (8 if nt == 1 else 4))
     nb = -(-ipt // PB)
     a(f"{I}for kbat in range({nb}):")
     I2 = I + "    "
     for k in range(PB):
-        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {nw * 32}, {nitems - 1})")
+        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {nwp * 32}, {nitems - 1})")
         a(f"{I2}r{k} = it{k} % {4 * nt}")
         a(f"{I2}rest = it{k} // {4 * nt}")
         a(f"{I2}tt{k} = rest % 4")
@@ -519,7 +551,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for e in range(4):
             a(f"{I2}v{k}_{e} = x[rr, base + c{e}]")
     for k in range(PB):
-        a(f"{I2}if tid + (kbat * {PB} + {k}) * {nw * 32} < {nitems}:")
+        a(f"{I2}if tid + (kbat * {PB} + {k}) * {nwp * 32} < {nitems}:")
         K = I2 + "    "
         a(f"{K}h0, l0 = split_bf16x2(v{k}_0 * live{k}, v{k}_1 * live{k})")
         a(f"{K}h1, l1 = split_bf16x2(v{k}_2 * live{k}, v{k}_3 * live{k})")
@@ -530,7 +562,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
           f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
         a(f"{K}xp[((gs{k} // {spg}) * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg} + st{k}] = ps")
     a(f"{I}cuda.syncthreads()")
-    a(f"{I}for e0 in range(0, {cg * nt * 4}, {nw * 32}):")
+    a(f"{I}for e0 in range(0, {cg * nt * 4}, {nwp * 32}):")
     a(f"{I}    e = e0 + tid")
     a(f"{I}    if e < {cg * nt * 4}:")
     J = I + "        "
@@ -548,9 +580,28 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("    qg = 0")
     a("    for jt in range(ntw):")
     J = "        "
-    bases(J, "n", "min(jt + 1, ntw - 1)")
-    for it in range(nit):
-        if stages:
+    if pf:
+        bases(J, "c", "jt")
+        for jt in range(pf):  # tile jt's group complete: pf - 1 - jt later groups may still be in flight
+            kw = "if" if jt == 0 else "elif"
+            a(f"{J}{kw} jt == {jt}:")
+            a(f"{J}    cpa_wait{pf - 1 - jt}()")
+    else:
+        bases(J, "n", "min(jt + 1, ntw - 1)")
+    JT = J
+    its = list(range(nit))
+    if pf:  # words come from shared memory at any offset: one loop body instead of nit unrolled copies
+        its = ["iq"]
+        a(f"{J}for iq in range({nit}):")
+        J = J + "    "
+
+    def lin(it, mult, c):
+        return str(it * mult + c) if isinstance(it, int) else f"{it} * {mult} + {c}"
+
+    for it in its:
+        if pf:
+            reads(J, f"jt * {nit} + iq")
+        elif stages:
             tgt = it + stages - 1
             st = f"(qg + {stages - 1}) % {stages}"
             if tgt < nit:
@@ -569,11 +620,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for uu in range(u):
             for s_ in range(spg):
                 for n in range(nt):
-                    a(f"{J}qv = xb[lane + {((it * u + uu) * spg + s_) * nt * 32 + n * 32}]")
+                    a(f"{J}qv = xb[lane + {lin(it, u * spg * nt * 32, (uu * spg + s_) * nt * 32 + n * 32)}]")
                     a(f"{J}bf{s_}_{n}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
                     a(f"{J}bf{s_}_{n}_1 = np.uint32(qv >> np.uint64(32))")
             for n in range(nt):
-                a(f"{J}sx{n} = xs[t + {(it * u + uu) * 4 * nt + 4 * n}]")
+                a(f"{J}sx{n} = xs[t + {lin(it, u * 4 * nt, uu * 4 * nt + 4 * n)}]")
             for m in range(mt):
                 for h in ("a", "b"):
                     if u == 1:
@@ -603,9 +654,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     a(f"{J}acc{m}_{n}_a += ba * sx{n}")
                     a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
                     a(f"{J}acc{m}_{n}_b += bb * sx{n}")
-        for d in range(0 if stages else depth):
+        for d in range(0 if (stages or pf) else depth):
             for nm in ring_names():
                 a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
+    J = JT
     # the tile's sums out, accumulators reset, the next tile's bases become current
     for m in range(mt):
         for n in range(nt):
@@ -618,12 +670,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{J}    else:")
                 a(f"{J}        ws[kz, r, o] = acc{m}_{n}_{h}")
                 a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
-    a(f"{J}obc = obn")
-    for m in range(mt):
-        for h in ("a", "b"):
-            a(f"{J}wo{h}{m}c = wo{h}{m}n")
-            a(f"{J}so{h}{m}c = so{h}{m}n")
-    if stages:
+    if not pf:
+        a(f"{J}obc = obn")
+        for m in range(mt):
+            for h in ("a", "b"):
+                a(f"{J}wo{h}{m}c = wo{h}{m}n")
+                a(f"{J}so{h}{m}c = so{h}{m}n")
+    if stages or pf:
         a("    cpa_wait0()")  # no copy may still be landing in shared memory when the block ends
     # ---- several chunks: one fence, arrivals counted per tile, the completing warp sums the tile in chunk order
     if gemv_trigger_here("end"):
@@ -662,29 +715,31 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0):
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb)
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0):
+    nwp = nwp if nwp > nw else 0
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
-                + (f"_p{pb}" if pb else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb))
+                + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
-               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait}
+               "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
+               "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
         fn = _kcache.build(name, src, glb, __name__)
         _KCACHE[key] = fn
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb), **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp), **kw)
     return _KCACHE[key]
 
 
@@ -712,11 +767,41 @@ class V3Plan:
     stages: int = 0  # > 0: the cp.async ring form for one-n-tile launches (1-4 rows) where it applies
     pb: int = 0  # x-preparation batch (0: the measured default)
     occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM, registers capped (27B: 85.8 vs 100.4 tok/s; off)
+    pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
+    nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
+
+    # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
+    def _nit_np(self):
+        np_ = self.mt * 2 * self.u + self.mt * 2 * (1 if self.u == 2 else 2)
+        return self.cg // self.u, np_
+
+    def smem_bytes(self, nt: int, nw: int, pf: int) -> tuple[int, int]:
+        """(static, dynamic) shared bytes of a prefetch-form block of ``nw`` tile warps holding ``pf`` tiles each"""
+        spg = self.group // 16
+        nit, np_ = self._nit_np()
+        static = self.cg * nt * 4 * 4 + self.cg * nt * 4 * 4 * spg * 4 + max(nw, self.nwp) * 32 * 4
+        return static, 8 * (self.cg * spg * nt * 32 + nw * pf * nit * np_ * 32)
+
+    def pf_geom(self, nt: int) -> tuple[int, int, int]:
+        """(tile warps a block, tiles a warp, blocks a chunk) of a prefetch-form launch of ``nt`` n-tiles: the plan's
+        own at one n-tile; two n-tiles (twice the x fragments) keep as many tiles a warp as fit, else fewer warps.
+        Neither changes a bit: every tile is one warp's, its chunk's groups summed in order either way."""
+        ntile = -(-self.out // (16 * self.mt))
+        for nw in range(self.nw, 0, -1):
+            for pf in range(self.pf, 0, -1):
+                st, dy = self.smem_bytes(nt, nw, pf)
+                if st + dy <= SMEM_MAX:
+                    return nw, pf, -(-ntile // (nw * pf))
+        raise ValueError(f"qgemv: no prefetch geometry of {self.out}x{self.inp} fits shared memory at {nt} n-tiles")
+
+    def dyn_bytes(self, nt: int) -> int:
+        nw, pf, _ = self.pf_geom(nt)
+        return self.smem_bytes(nt, nw, pf)[1]
 
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
         x fragments in 48 KB of static shared memory, so two-n-tile launches keep the register ring"""
-        if not self.stages or nt != 1 or self.group * self.bits // 128 != 2 or self.u not in (2, 4):
+        if self.pf or not self.stages or nt != 1 or self.group * self.bits // 128 != 2 or self.u not in (2, 4):
             return 0
         st = min(self.stages, self.cg // self.u + 1)
         np_ = self.mt * 2 * self.u + self.mt * 2 * (1 if self.u == 2 else 2)
@@ -731,7 +816,10 @@ class V3Plan:
 
     @property
     def tpb(self) -> int:
-        return 32 * self.nw
+        return 32 * max(self.nw, self.nwp)
+
+    def tpb_for(self, nt: int) -> int:
+        return 32 * max(self.pf_geom(nt)[0], self.nwp) if self.pf else self.tpb
 
     @property
     def workspace_shape(self):
@@ -740,6 +828,8 @@ class V3Plan:
     def grid_x(self, nt: int = 2) -> int:
         """blocks sharing one chunk (each prepares that chunk of x once); one-n-tile launches of a plan with
         ``occ1`` use ``occ1`` blocks an SM instead (the launch geometry, never the chunking, so the same bits)"""
+        if self.pf:
+            return self.pf_geom(nt)[2]
         ntile = -(-self.out // (16 * self.mt))
         blocks = self.occ1 * SMS if (self.occ1 and nt == 1) else self.blocks
         return max(1, min(-(-ntile // self.nw), blocks // self.ks))
@@ -760,6 +850,7 @@ class V3Plan:
 # fit, slower end to end: 27B one stream 85.8 vs 100.4 tok/s, session12_2026-11-30.md)
 _DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
 SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
+SMEM_MAX = 227 * 1024 - 1024  # shared bytes a block may use on sm_90 (opt-in), less a margin
 
 
 def _tuning():
@@ -801,6 +892,62 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
 
 
+def pf_tuning() -> dict | None:
+    """``TENSORFOLD_GEMV_PF``: ``0`` off; unset or ``1`` on with the defaults; else ``minks,nwp,maxpf`` (the fewest
+    chunks to try, warps a block, the most tiles a warp)."""
+    v = os.environ.get("TENSORFOLD_GEMV_PF", "1").strip()
+    if v == "0":
+        return None
+    d = dict(minks=1, nwp=8, maxpf=4)
+    if v != "1":
+        d.update(dict(zip(["minks", "nwp", "maxpf"], [int(x) for x in v.split(",")])))
+    return d
+
+
+def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS) -> V3Plan | None:
+    """The prefetch form for a weight whose words fit the GPU's shared memory at one block an SM (None when it does
+    not, or off): the fewest K chunks (every chunk after the first costs the split-K completion), then the most
+    tile warps a block that keep every block resident (``sms`` blocks) with at most ``maxpf`` tiles a warp. Formats
+    with 2 words a lane and group (4-bit g64, 8-bit g32, 2-bit g128). A function of the shape only."""
+    tu = pf_tuning()
+    if tu is None or group * bits // 128 != 2 or inp % group:
+        return None
+    ng = inp // group
+    u = 4 if ng % 4 == 0 else (2 if ng % 2 == 0 else 0)
+    if not u:
+        return None
+    ntile = -(-out // 16)
+    for ks in range(max(1, tu["minks"]), ng + 1):
+        if ng % ks or (ng // ks) % u:
+            continue
+        cg = ng // ks
+        per = max(1, sms // ks)  # blocks a chunk
+        for nw in range(8, 0, -1):  # fewest tiles a warp first, then the most warps
+            pf = -(-ntile // (nw * per))
+            if pf > tu["maxpf"] or pf > len(_WAITS):
+                continue
+            p = V3Plan(out, inp, bits, group, nw=nw, mt=1, cg=cg, u=u, depth=1, blocks=per * ks, pf=pf,
+                       nwp=max(nw, tu["nwp"]))
+            st, dy = p.smem_bytes(1, nw, pf)
+            if st + dy > SMEM_MAX:
+                continue
+            try:
+                p.pf_geom(2)
+            except ValueError:
+                continue
+            # the fewest tiles a warp wins; among equals, the fewest warps that still give it
+            best = p
+            for nw2 in range(nw - 1, 0, -1):
+                if -(-ntile // (nw2 * per)) != pf:
+                    break
+                q = V3Plan(out, inp, bits, group, nw=nw2, mt=1, cg=cg, u=u, depth=1, blocks=per * ks, pf=pf,
+                           nwp=max(nw2, tu["nwp"]))
+                if sum(q.smem_bytes(1, nw2, pf)) <= SMEM_MAX:
+                    best = q
+            return best
+    return None
+
+
 _COUNTERS: dict = {}
 
 
@@ -823,6 +970,27 @@ def nt_for(R: int) -> int:
     return 1 if R <= 4 else 2
 
 
+_DYN_SET: set = set()
+
+
+def _allow_dyn(nbytes: int):
+    """A pre-launch callback raising the compiled kernel's dynamic shared-memory limit to ``nbytes`` (once a
+    kernel, context and size; above 48 KB a launch fails without it)."""
+
+    def cb(kernel, cfg):
+        cuf = kernel._codelibrary.get_cufunc()
+        key = (id(cuf), nbytes)
+        if key in _DYN_SET:
+            return
+        from numba.cuda.cudadrv.driver import binding, driver
+
+        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attr, int(nbytes), cuf.handle, cuf.device.id)
+        _DYN_SET.add(key)
+
+    return cb
+
+
 def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
@@ -835,11 +1003,20 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
         nt = nt_for(n)
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
+        if p.pf:
+            nw, pf, gx = p.pf_geom(nt)
+            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp)
+            dyn = p.smem_bytes(nt, nw, pf)[1]
+            cfg = k[(gx, p.ks), p.tpb_for(nt), stream, dyn]
+            if not IS_SIM:
+                cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
+            cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
+            continue
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
     return y
 
@@ -870,6 +1047,18 @@ def _specs():
         if (bits, group) != (4, 64):
             p = plan(24576, 4096, bits, group)
             specs.append((get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth), _SIG))
+    # the prefetch form: the 2B's four weight shapes (GDN layers), the 9B / 27B out_proj, one and two n-tiles
+    for out, inp in ((8224, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (4096, 4096), (5120, 6144)):
+        p = plan_pf(out, inp, 4, 64)
+        if p is None:
+            continue
+        for nt in (1, 2):
+            nw, pf, _ = p.pf_geom(nt)
+            f = get_pyfunc(4, 64, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp)
+            if f.__name__ not in seen:
+                seen.add(f.__name__)
+                specs.append((f, _SIG))
+                hot.add(f.__name__)
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

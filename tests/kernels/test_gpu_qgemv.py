@@ -88,3 +88,37 @@ def test_through_affine_launch(monkeypatch):
     ws = cuda.device_array(p.ks * 16 * out, np.float32)
     A.launch_qgemv(*[cuda.to_device(a) for a in (P, S, B)], cuda.to_device(x), y, bits, group, p, ws=ws, rows=20)
     _check(y.copy_to_host(), ref, bound)
+
+
+PF_SHAPES = [("2B in_all", 8224, 2048), ("2B out_proj", 2048, 2048), ("2B gate/up", 12288, 2048),
+             ("2B down", 2048, 6144), ("9B out_proj", 4096, 4096), ("27B out_proj", 5120, 6144)]
+
+
+@pytest.mark.parametrize("label,out,inp", PF_SHAPES)
+def test_prefetch_form_real_shapes(label, out, inp):
+    """The prefetch form at the shapes it is planned for (more than 48 KB of dynamic shared memory a block): against
+    the float64 oracle, 1-16 rows bit-equal to the 16-row launch, and equal bit for bit to the register-ring form of
+    the same chunking (a plan differing only in how words reach the registers)."""
+    from tensorfold.kernels import qgemv as Q
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    p = Q.plan_pf(out, inp, bits, group)
+    assert p is not None and p.pf >= 1
+    assert max(sum(p.smem_bytes(nt, *p.pf_geom(nt)[:2])) for nt in (1, 2)) > 48 * 1024
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((16, inp)).astype(np.float32)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    dev = [cuda.to_device(a) for a in (P, S, B)]
+    full = _run(cuda, dev, x, p, bits, group)
+    _check(full, ref, bound)
+    again = _run(cuda, dev, x, p, bits, group)
+    assert np.array_equal(again.view(np.uint32), full.view(np.uint32)), f"{label}: second launch differs"
+    for r0, R in ((0, 1), (7, 1), (0, 4), (3, 5), (8, 8)):
+        y = _run(cuda, dev, x[r0:r0 + R], p, bits, group)
+        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"{label} rows {r0}+{R}"
+    # the same chunking through registers (static shared memory holds x for one n-tile at these chunk sizes)
+    reg = Q.V3Plan(out, inp, bits, group, nw=4, mt=1, cg=p.cg, u=p.u, depth=1, blocks=132)
+    if p.cg * (group // 16) * 32 * 8 + p.cg * 4 * 4 * (group // 16) * 4 <= 40 * 1024:
+        y = _run(cuda, dev, x[:3], reg, bits, group)
+        assert np.array_equal(y.view(np.uint32), full[:3].view(np.uint32)), f"{label}: register form differs"

@@ -89,6 +89,7 @@ def test_affine_routes_large_weights_here(monkeypatch):
     from tensorfold.kernels import affine as A
 
     monkeypatch.delenv("TENSORFOLD_GEMV_V3", raising=False)
+    monkeypatch.setenv("TENSORFOLD_GEMV_PF", "0")  # the prefetch form off: test_prefetch_plans_fit_and_route
     assert isinstance(A.plan_qgemv(24576, 4096, 4, 64), Q.V3Plan)
     assert not isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan)
     assert not isinstance(A.plan_qgemv(24576, 4096, 3, 64), Q.V3Plan)  # a format it does not cover
@@ -169,3 +170,48 @@ def test_occupancy_knob_is_launch_geometry_only():
     y1 = _go(P, S, B, x, occ)
     assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
     assert not Q.counters().any()
+
+
+@pytest.mark.parametrize("bits,group,u,ks", [(4, 64, 4, 1), (4, 64, 2, 2), (8, 32, 4, 1), (2, 128, 2, 2)])
+def test_prefetch_form_same_bits(bits, group, u, ks):
+    """The prefetch form (every tile's words copied into dynamic shared memory before the wait, a warp holding up to
+    ``pf`` tiles, helper warps in the x preparation) changes only how words reach the registers: the same bits as
+    the register-ring form of the same chunking, at one and two n-tiles (1-7 rows), one chunk and two."""
+    out, K = 72, 512  # 5 row tiles, the last partial
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((7, K)) * 3).astype(np.float32)
+    cg = K // group // ks
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4)
+    pre = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=2, pf=2, nwp=3)
+    assert pre.pf_geom(1) == (2, 2, 2) and pre.tpb_for(1) == 96
+    for R in (1, 3, 7):
+        y0 = _go(P, S, B, x[:R], base)
+        _check(y0, *_ref(x[:R], P, S, B, bits, group))
+        y1 = _go(P, S, B, x[:R], pre)
+        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"{R} rows"
+        assert not Q.counters().any()
+
+
+def test_prefetch_plans_fit_and_route(monkeypatch):
+    """Prefetch plans exist where a weight fits the GPU's shared memory (the 2B shapes, the 9B out_proj) and not for
+    the big ones; each keeps every block resident at one n-tile and fits a block's shared memory at one and two
+    n-tiles; ``plan_qgemv`` routes to them unless ``TENSORFOLD_GEMV_PF=0``."""
+    from tensorfold.kernels import affine as A
+
+    monkeypatch.delenv("TENSORFOLD_GEMV_PF", raising=False)
+    monkeypatch.delenv("TENSORFOLD_GEMV_V3", raising=False)
+    for out, K in ((8224, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (4096, 4096), (5120, 6144)):
+        p = Q.plan_pf(out, K, 4, 64)
+        assert p is not None and p.pf >= 1, (out, K)
+        assert p.ks * p.cg == K // 64 and p.cg % p.u == 0
+        nw, pf, gx = p.pf_geom(1)
+        assert gx * p.ks <= Q.SMS and nw * pf * gx * 16 >= out
+        for nt in (1, 2):
+            nw, pf, gx = p.pf_geom(nt)
+            assert sum(p.smem_bytes(nt, nw, pf)) <= Q.SMEM_MAX and nw * pf * gx * 16 >= out
+        assert A.plan_qgemv(out, K, 4, 64) == p
+    for out, K in ((24576, 4096), (4096, 12288), (248320, 2048)):
+        assert Q.plan_pf(out, K, 4, 64) is None
+    assert Q.plan_pf(12288, 2048, 4, 32) is None  # one word a lane and group: not this form
+    monkeypatch.setenv("TENSORFOLD_GEMV_PF", "0")
+    assert not (isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan) and A.plan_qgemv(12288, 2048, 4, 64).pf)
