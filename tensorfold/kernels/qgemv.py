@@ -342,7 +342,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0) -> str:
+                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -365,8 +365,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     the x preparation a tile waits for its own group and reads its words back as the ``stages`` form does (the same
     arithmetic, hence the same bits). The dynamic array holds the x fragments first, then the warps' tiles; the
     launch gives its size (``V3Plan.dyn_bytes``). ``nwp`` (>= ``nw``): warps a block, the ones past ``nw`` only
-    help with the x preparation."""
+    help with the x preparation. ``kp`` > 1 (prefetch form only): the block's tile warps are ``nw / kp`` tile slots
+    times ``kp`` parts of the chunk; each warp sums its part's groups in order, and the part-0 warp of a slot adds
+    the ``kp`` part sums in part order (through shared memory) before the tile goes out, so a tile's arithmetic is
+    a function of the plan only."""
     nwp = max(nwp, nw)
+    assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
+    nts = nw // kp  # tile slots a block
     lw, cl, steps = _lane_layout(bits, group)
     spg = group // 16
     wpg = group * bits // 32
@@ -384,7 +389,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if pf:
         assert lw == 2 and u in (2, 4) and 1 <= pf <= len(_WAITS) and not stages
     XBW = cg * spg * nt * 32  # words (uint64) of the x fragments
-    SPW = pf * nit  # ring stages a warp in the prefetch form: every iteration of its tiles
+    nitp = nit // kp  # iterations of a warp's part of the chunk
+    SPW = pf * nitp  # ring stages a warp in the prefetch form: every iteration of its tiles
+    NV = mt * nt * 2  # accumulators a lane
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
@@ -405,12 +412,20 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
+    if kp > 1:
+        a(f"    red = cuda.shared.array({kp * nts * NV * 32}, np.float32)")  # part sums of the slots' tiles
     a("    out = W.shape[0]")
     a("    bx = cuda.blockIdx.x")
     a("    kz = cuda.blockIdx.y")
     a("    ks = cuda.gridDim.y")
-    a(f"    nwt = cuda.gridDim.x * {nw}")
-    a(f"    wid = bx * {nw} + warp")
+    if kp > 1:
+        a(f"    ts = warp % {nts}")
+        a(f"    kpi = warp // {nts}")
+        a(f"    nwt = cuda.gridDim.x * {nts}")
+        a(f"    wid = bx * {nts} + ts")
+    else:
+        a(f"    nwt = cuda.gridDim.x * {nw}")
+        a(f"    wid = bx * {nw} + warp")
     a(f"    ntile = (out + {TR - 1}) // {TR}")
     if nwp > nw:
         a(f"    ntw = (ntile - wid + nwt - 1) // nwt if (wid < ntile and warp < {nw}) else 0")
@@ -418,6 +433,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("    ntw = (ntile - wid + nwt - 1) // nwt if wid < ntile else 0")
     a(f"    total = ntw * {nit}")
     a(f"    G0 = kz * {cg}")
+    a(f"    G1 = G0 + kpi * {cg // kp}" if kp > 1 else "    G1 = G0")  # the first group of this warp's part
     a("    wpitch = W.shape[1]")
     a("    spitch = S.shape[1]")
     a("    MAGIC = np.uint32(0x43004300) | (np.uint32(R) >> np.uint32(31))")
@@ -428,8 +444,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for m in range(mt):
             for h, dr in (("a", 0), ("b", 8)):
                 a(f"{ind}rr{suf} = min(ob{suf} + {16 * m + dr} + g, out - 1)")
-                a(f"{ind}wo{h}{m}{suf} = rr{suf} * wpitch + G0 * {wpg} + t * {lw}")
-                a(f"{ind}so{h}{m}{suf} = rr{suf} * spitch + G0")
+                a(f"{ind}wo{h}{m}{suf} = rr{suf} * wpitch + G1 * {wpg} + t * {lw}")
+                a(f"{ind}so{h}{m}{suf} = rr{suf} * spitch + G1")
 
     def loads(ind, pre, suf, it):
         """weight and scale / bias words of iteration ``it`` (a constant) of the tile whose bases end in ``suf``"""
@@ -511,8 +527,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             a(f"    if {jt} < ntw:")
             if jt:
                 bases("        ", "c", str(jt))
-            for it in range(nit):
-                copies("        ", jt * nit + it, "c", it, commit=False)
+            for it in range(nitp):
+                copies("        ", jt * nitp + it, "c", it, commit=False)
             a("    cpa_commit()")
     elif stages:
         for qq in range(stages - 1):
@@ -578,8 +594,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
-    a("    for jt in range(ntw):")
-    J = "        "
+    if pf:  # every warp runs pf rounds (block barriers between them when kp > 1)
+        a(f"    for jt in range({pf}):")
+        a("        if jt < ntw:")
+        J = "            "
+    else:
+        a("    for jt in range(ntw):")
+        J = "        "
     if pf:
         bases(J, "c", "jt")
         for jt in range(pf):  # tile jt's group complete: pf - 1 - jt later groups may still be in flight
@@ -591,8 +612,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     JT = J
     its = list(range(nit))
     if pf:  # words come from shared memory at any offset: one loop body instead of nit unrolled copies
-        its = ["iq"]
-        a(f"{J}for iq in range({nit}):")
+        its = ["iq" if kp == 1 else f"(iq + kpi * {nitp})"]
+        a(f"{J}for iq in range({nitp}):")
         J = J + "    "
 
     def lin(it, mult, c):
@@ -600,7 +621,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     for it in its:
         if pf:
-            reads(J, f"jt * {nit} + iq")
+            reads(J, f"jt * {nitp} + iq")
         elif stages:
             tgt = it + stages - 1
             st = f"(qg + {stages - 1}) % {stages}"
@@ -658,6 +679,19 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             for nm in ring_names():
                 a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
     J = JT
+    accs = [f"acc{m}_{n}_{h}" for m in range(mt) for n in range(nt) for h in ("a", "b")]
+    if kp > 1:
+        # part sums through shared memory; the slot's part-0 warp adds them in part order and writes the tile
+        for v, nm in enumerate(accs):
+            a(f"{J}red[((kpi * {nts} + ts) * {NV} + {v}) * 32 + lane] = {nm}")
+            a(f"{J}{nm} = np.float32(0.0)")
+        a("        cuda.syncthreads()")
+        a("        if jt < ntw and kpi == 0:")
+        J = "            "
+        for v, nm in enumerate(accs):
+            a(f"{J}{nm} = red[(ts * {NV} + {v}) * 32 + lane]")
+            for q in range(1, kp):
+                a(f"{J}{nm} += red[(({q * nts} + ts) * {NV} + {v}) * 32 + lane]")
     # the tile's sums out, accumulators reset, the next tile's bases become current
     for m in range(mt):
         for n in range(nt):
@@ -676,8 +710,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             for h in ("a", "b"):
                 a(f"{J}wo{h}{m}c = wo{h}{m}n")
                 a(f"{J}so{h}{m}c = so{h}{m}n")
+    if kp > 1:
+        a("        cuda.syncthreads()")  # red is rewritten by the next round
     if stages or pf:
         a("    cpa_wait0()")  # no copy may still be landing in shared memory when the block ends
+    if kp > 1:
+        a("    ntw = ntw if kpi == 0 else 0")  # only part-0 warps write tiles (and count their arrivals)
     # ---- several chunks: one fence, arrivals counted per tile, the completing warp sums the tile in chunk order
     if gemv_trigger_here("end"):
         a("    pdl_trigger()")
@@ -715,13 +753,14 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0):
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1):
     nwp = nwp if nwp > nw else 0
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
-                + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp))
+                + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
+                + (f"_k{kp}" if kp > 1 else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
@@ -733,13 +772,13 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp), **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp), **kw)
     return _KCACHE[key]
 
 
@@ -769,6 +808,7 @@ class V3Plan:
     occ1: int = 0  # > 0: one-n-tile launches run occ1 blocks an SM, registers capped (27B: 85.8 vs 100.4 tok/s; off)
     pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
+    kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
 
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
@@ -779,19 +819,21 @@ class V3Plan:
         """(static, dynamic) shared bytes of a prefetch-form block of ``nw`` tile warps holding ``pf`` tiles each"""
         spg = self.group // 16
         nit, np_ = self._nit_np()
-        static = self.cg * nt * 4 * 4 + self.cg * nt * 4 * 4 * spg * 4 + max(nw, self.nwp) * 32 * 4
-        return static, 8 * (self.cg * spg * nt * 32 + nw * pf * nit * np_ * 32)
+        red = self.kp * (nw // self.kp) * self.mt * nt * 2 * 32 * 4 if self.kp > 1 else 0
+        static = self.cg * nt * 4 * 4 + self.cg * nt * 4 * 4 * spg * 4 + max(nw, self.nwp) * 32 * 4 + red
+        return static, 8 * (self.cg * spg * nt * 32 + nw * pf * (nit // self.kp) * np_ * 32)
 
     def pf_geom(self, nt: int) -> tuple[int, int, int]:
         """(tile warps a block, tiles a warp, blocks a chunk) of a prefetch-form launch of ``nt`` n-tiles: the plan's
-        own at one n-tile; two n-tiles (twice the x fragments) keep as many tiles a warp as fit, else fewer warps.
-        Neither changes a bit: every tile is one warp's, its chunk's groups summed in order either way."""
+        own at one n-tile; two n-tiles (twice the x fragments) keep as many tiles a warp as fit, else fewer tile
+        slots (``kp`` warps each). Neither changes a bit: a tile's parts and chunks are summed the same way."""
         ntile = -(-self.out // (16 * self.mt))
-        for nw in range(self.nw, 0, -1):
+        for nts in range(self.nw // self.kp, 0, -1):
+            nw = nts * self.kp
             for pf in range(self.pf, 0, -1):
                 st, dy = self.smem_bytes(nt, nw, pf)
                 if st + dy <= SMEM_MAX:
-                    return nw, pf, -(-ntile // (nw * pf))
+                    return nw, pf, -(-ntile // (nts * pf))
         raise ValueError(f"qgemv: no prefetch geometry of {self.out}x{self.inp} fits shared memory at {nt} n-tiles")
 
     def dyn_bytes(self, nt: int) -> int:
@@ -893,57 +935,60 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
 
 
 def pf_tuning() -> dict | None:
-    """``TENSORFOLD_GEMV_PF``: ``0`` off; unset or ``1`` on with the defaults; else ``minks,nwp,maxpf`` (the fewest
-    chunks to try, warps a block, the most tiles a warp)."""
+    """``TENSORFOLD_GEMV_PF``: ``0`` off; unset or ``1`` on with the defaults; else ``minks,nwp,maxpf,maxw,maxkp``
+    (the fewest chunks to try, warps a block at least, the most tiles a warp, the most tile warps a block, the most
+    parts a tile)."""
     v = os.environ.get("TENSORFOLD_GEMV_PF", "1").strip()
     if v == "0":
         return None
-    d = dict(minks=1, nwp=8, maxpf=4)
+    d = dict(minks=1, nwp=8, maxpf=4, maxw=12, maxkp=8)
     if v != "1":
-        d.update(dict(zip(["minks", "nwp", "maxpf"], [int(x) for x in v.split(",")])))
+        d.update(dict(zip(["minks", "nwp", "maxpf", "maxw", "maxkp"], [int(x) for x in v.split(",")])))
     return d
 
 
 def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS) -> V3Plan | None:
-    """The prefetch form for a weight whose words fit the GPU's shared memory at one block an SM (None when it does
-    not, or off): the fewest K chunks (every chunk after the first costs the split-K completion), then the most
-    tile warps a block that keep every block resident (``sms`` blocks) with at most ``maxpf`` tiles a warp. Formats
-    with 2 words a lane and group (4-bit g64, 8-bit g32, 2-bit g128). A function of the shape only."""
+    """The prefetch form for a weight whose words fit the GPU's shared memory at one block an SM (None when they
+    do not, or off). Order of preference: the fewest K chunks (each chunk after the first costs the split-K
+    completion); then the fewest groups a warp sums (tiles a warp x groups of its part: the compute after the wait
+    is a warp's serial chain); then the fewest warps. Every block is resident at one n-tile (``sms`` blocks), and
+    two n-tiles must fit too. Formats with 2 words a lane and group (4-bit g64, 8-bit g32, 2-bit g128). A function
+    of the shape only."""
     tu = pf_tuning()
     if tu is None or group * bits // 128 != 2 or inp % group:
         return None
     ng = inp // group
-    u = 4 if ng % 4 == 0 else (2 if ng % 2 == 0 else 0)
-    if not u:
-        return None
     ntile = -(-out // 16)
     for ks in range(max(1, tu["minks"]), ng + 1):
-        if ng % ks or (ng // ks) % u:
+        if ng % ks:
             continue
         cg = ng // ks
         per = max(1, sms // ks)  # blocks a chunk
-        for nw in range(8, 0, -1):  # fewest tiles a warp first, then the most warps
-            pf = -(-ntile // (nw * per))
-            if pf > tu["maxpf"] or pf > len(_WAITS):
+        best, key = None, None
+        for kp in range(1, tu["maxkp"] + 1):
+            if cg % kp:
                 continue
-            p = V3Plan(out, inp, bits, group, nw=nw, mt=1, cg=cg, u=u, depth=1, blocks=per * ks, pf=pf,
-                       nwp=max(nw, tu["nwp"]))
-            st, dy = p.smem_bytes(1, nw, pf)
-            if st + dy > SMEM_MAX:
+            cgp = cg // kp
+            u = 4 if cgp % 4 == 0 else (2 if cgp % 2 == 0 else 0)
+            if not u:
                 continue
-            try:
-                p.pf_geom(2)
-            except ValueError:
-                continue
-            # the fewest tiles a warp wins; among equals, the fewest warps that still give it
-            best = p
-            for nw2 in range(nw - 1, 0, -1):
-                if -(-ntile // (nw2 * per)) != pf:
-                    break
-                q = V3Plan(out, inp, bits, group, nw=nw2, mt=1, cg=cg, u=u, depth=1, blocks=per * ks, pf=pf,
-                           nwp=max(nw2, tu["nwp"]))
-                if sum(q.smem_bytes(1, nw2, pf)) <= SMEM_MAX:
-                    best = q
+            for nts in range(1, tu["maxw"] // kp + 1):
+                pf = -(-ntile // (nts * per))
+                if pf > tu["maxpf"] or pf > len(_WAITS):
+                    continue
+                nw = nts * kp
+                p = V3Plan(out, inp, bits, group, nw=nw, mt=1, cg=cg, u=u, depth=1, blocks=per * ks, pf=pf,
+                           nwp=max(nw, tu["nwp"]), kp=kp)
+                if sum(p.smem_bytes(1, nw, pf)) > SMEM_MAX:
+                    continue
+                try:
+                    p.pf_geom(2)
+                except ValueError:
+                    continue
+                k = (pf * cgp, nw)
+                if key is None or k < key:
+                    best, key = p, k
+        if best is not None:
             return best
     return None
 
@@ -1009,7 +1054,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
         if p.pf:
             nw, pf, gx = p.pf_geom(nt)
-            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp)
+            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp)
             dyn = p.smem_bytes(nt, nw, pf)[1]
             cfg = k[(gx, p.ks), p.tpb_for(nt), stream, dyn]
             if not IS_SIM:
@@ -1054,7 +1099,7 @@ def _specs():
             continue
         for nt in (1, 2):
             nw, pf, _ = p.pf_geom(nt)
-            f = get_pyfunc(4, 64, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp)
+            f = get_pyfunc(4, 64, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp)
             if f.__name__ not in seen:
                 seen.add(f.__name__)
                 specs.append((f, _SIG))

@@ -192,6 +192,29 @@ def test_prefetch_form_same_bits(bits, group, u, ks):
         assert not Q.counters().any()
 
 
+@pytest.mark.parametrize("bits,group,ks,kp", [(4, 64, 1, 2), (4, 64, 2, 4), (8, 32, 1, 4), (2, 128, 1, 2)])
+def test_prefetch_form_parts(bits, group, ks, kp):
+    """A tile split into ``kp`` parts inside a block (part sums added in part order through shared memory): within
+    the float64 bound; 1-7 rows (one and two n-tiles) bit-equal to the same rows of a bigger launch; a geometry
+    with fewer tile slots (what two n-tiles may take) gives the same bits; counters end at zero."""
+    out, K = 72, 1024
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((7, K)) * 3).astype(np.float32)
+    cg = K // group // ks
+    u = 4 if (cg // kp) % 4 == 0 else 2
+    pre = Q.V3Plan(out, K, bits, group, nw=2 * kp, mt=1, cg=cg, u=u, depth=1, blocks=2, pf=2, nwp=3, kp=kp)
+    one = Q.V3Plan(out, K, bits, group, nw=kp, mt=1, cg=cg, u=u, depth=1, blocks=2, pf=3, nwp=3, kp=kp)
+    full = _go(P, S, B, x, pre)
+    _check(full, *_ref(x, P, S, B, bits, group))
+    assert not Q.counters().any()
+    for r0, R in ((0, 1), (5, 1), (1, 3)):
+        y = _go(P, S, B, x[r0:r0 + R], pre)
+        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"rows {r0}+{R}"
+    y = _go(P, S, B, x[:3], one)
+    assert np.array_equal(y.view(np.uint32), full[:3].view(np.uint32)), "one tile slot"
+    assert not Q.counters().any()
+
+
 def test_prefetch_plans_fit_and_route(monkeypatch):
     """Prefetch plans exist where a weight fits the GPU's shared memory (the 2B shapes, the 9B out_proj) and not for
     the big ones; each keeps every block resident at one n-tile and fits a block's shared memory at one and two
