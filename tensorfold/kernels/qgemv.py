@@ -935,10 +935,10 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
 
 
 def pf_tuning() -> dict | None:
-    """``TENSORFOLD_GEMV_PF``: ``0`` off; unset or ``1`` on with the defaults; else ``minks,nwp,maxpf,maxw,maxkp``
-    (the fewest chunks to try, warps a block at least, the most tiles a warp, the most tile warps a block, the most
-    parts a tile)."""
-    v = os.environ.get("TENSORFOLD_GEMV_PF", "1").strip()
+    """``TENSORFOLD_GEMV_PF``: unset or ``0`` off (the default: slower end to end on the H200, see ``plan_pf``);
+    ``1`` on with the defaults; else ``minks,nwp,maxpf,maxw,maxkp`` (the fewest chunks to try, warps a block at
+    least, the most tiles a warp, the most tile warps a block, the most parts a tile)."""
+    v = os.environ.get("TENSORFOLD_GEMV_PF", "0").strip()
     if v == "0":
         return None
     d = dict(minks=1, nwp=8, maxpf=4, maxw=12, maxkp=8)
@@ -947,14 +947,20 @@ def pf_tuning() -> dict | None:
     return d
 
 
-def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS) -> V3Plan | None:
+def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS, tuning: dict | None = None) -> V3Plan | None:
     """The prefetch form for a weight whose words fit the GPU's shared memory at one block an SM (None when they
     do not, or off). Order of preference: the fewest K chunks (each chunk after the first costs the split-K
     completion); then the fewest groups a warp sums (tiles a warp x groups of its part: the compute after the wait
     is a warp's serial chain); then the fewest warps. Every block is resident at one n-tile (``sms`` blocks), and
     two n-tiles must fit too. Formats with 2 words a lane and group (4-bit g64, 8-bit g32, 2-bit g128). A function
-    of the shape only."""
-    tu = pf_tuning()
+    of the shape only.
+
+    Off by default (``TENSORFOLD_GEMV_PF=1`` turns it on). Measured on the H200 (benchmarks/results/
+    session14_2026-12-01.md), 2B decode at 1 / 8 streams, tok/s: 595.9 / 2,498 with it against 621.4 / 4,126
+    without (9B: 253.1 / 1,296 against 268.7 / 1,513). The copies do not hide behind the previous kernel in the
+    graph, and after the wait the block's dequantize-and-mma work (about 60 instructions a warp for 16 rows x 64
+    codes) runs with no memory left to overlap: at the 2B sizes that work is as long as the transfer."""
+    tu = pf_tuning() if tuning is None else tuning
     if tu is None or group * bits // 128 != 2 or inp % group:
         return None
     ng = inp // group
@@ -1092,9 +1098,10 @@ def _specs():
         if (bits, group) != (4, 64):
             p = plan(24576, 4096, bits, group)
             specs.append((get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth), _SIG))
-    # the prefetch form: the 2B's four weight shapes (GDN layers), the 9B / 27B out_proj, one and two n-tiles
-    for out, inp in ((8224, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (4096, 4096), (5120, 6144)):
-        p = plan_pf(out, inp, 4, 64)
+    # the prefetch form (opt-in, TENSORFOLD_GEMV_PF=1) at the 2B gate+up (tiles in two parts) and down (two chunks,
+    # six parts), one and two n-tiles
+    for out, inp in ((12288, 2048), (2048, 6144)):
+        p = plan_pf(out, inp, 4, 64, tuning=dict(minks=1, nwp=8, maxpf=4, maxw=12, maxkp=8))
         if p is None:
             continue
         for nt in (1, 2):

@@ -218,10 +218,12 @@ def test_prefetch_form_parts(bits, group, ks, kp):
 def test_prefetch_plans_fit_and_route(monkeypatch):
     """Prefetch plans exist where a weight fits the GPU's shared memory (the 2B shapes, the 9B out_proj) and not for
     the big ones; each keeps every block resident at one n-tile and fits a block's shared memory at one and two
-    n-tiles; ``plan_qgemv`` routes to them unless ``TENSORFOLD_GEMV_PF=0``."""
+    n-tiles; ``plan_qgemv`` routes to them with ``TENSORFOLD_GEMV_PF=1`` and not by default."""
     from tensorfold.kernels import affine as A
 
     monkeypatch.delenv("TENSORFOLD_GEMV_PF", raising=False)
+    assert Q.plan_pf(12288, 2048, 4, 64) is None and not getattr(A.plan_qgemv(12288, 2048, 4, 64), "pf", 0)
+    monkeypatch.setenv("TENSORFOLD_GEMV_PF", "1")
     monkeypatch.delenv("TENSORFOLD_GEMV_V3", raising=False)
     for out, K in ((8224, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (4096, 4096), (5120, 6144)):
         p = Q.plan_pf(out, K, 4, 64)
