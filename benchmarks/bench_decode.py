@@ -378,8 +378,9 @@ def load_geometry(geom, root, streams, log, cold=False, ctx=4096):
     return [("load", n, 0.0, total * 1e3, gb, 0.0)]
 
 
-def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda"):
-    """transformers' Qwen3_5ForCausalLM (bf16, random weights, full geometry) greedy decode tok/s; fails soft."""
+def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda", prompts=()):
+    """transformers' Qwen3_5ForCausalLM (bf16, random weights, full geometry) greedy decode tok/s, then the prompt
+    forward (one stream, last-row logits) at each of ``prompts``; fails soft."""
     try:
         import torch
         import transformers
@@ -442,6 +443,27 @@ def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda")
             rows.append(("peer decode", n, n / dt, dt * 1e3, None, 0.0))
             log(f"[{geom}] peer transformers decode {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step "
                 f"(greedy, {tokens} tokens after a {prompt}-token prompt; prompt + first token {t1 * 1e3:.0f} ms)")
+        for L in prompts:
+            try:
+                ids = torch.randint(0, min(V, 240000), (1, L), generator=gen).to(device)
+
+                def fwd():
+                    sync()
+                    t0 = time.perf_counter()
+                    with torch.no_grad():
+                        model(input_ids=ids, logits_to_keep=1, use_cache=False)
+                    sync()
+                    return time.perf_counter() - t0
+
+                first = fwd()
+                dt = min(fwd() for _ in range(2))
+                rows.append(("peer prompt", L, L / dt, dt * 1e3, None, 0.0))
+                log(f"[{geom}] peer transformers prompt {L:6d} tokens: {L / dt:9.1f} tok/s, {dt * 1e3:.1f} ms "
+                    f"(first call {first * 1e3:.0f} ms; one forward, last-row logits)")
+            except Exception as e:  # noqa: BLE001 -- a length that fails (memory) leaves the others
+                log(f"[{geom}] peer transformers prompt {L}: failed ({type(e).__name__}: {str(e)[:200]})")
+                if cuda_:
+                    torch.cuda.empty_cache()
     except Exception as e:  # noqa: BLE001 -- fail soft: the peer must never stop the benchmark
         log(f"[{geom}] peer transformers: failed ({type(e).__name__}: {str(e)[:300]})")
     finally:
@@ -495,6 +517,7 @@ def main(argv=None):
     ap.add_argument("--peer", action="store_true", help="also time transformers' Qwen3_5ForCausalLM (bf16) decode")
     ap.add_argument("--peer-streams", default="1,8")
     ap.add_argument("--peer-tokens", type=int, default=20)
+    ap.add_argument("--peer-prompts", default="", help="prompt lengths the peer forwards once each (e.g. 512,4096)")
     ap.add_argument("--peer-device", default="cuda", help="torch device of the peer (cpu: a code-path check only)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -551,7 +574,8 @@ def main(argv=None):
         table += [(g,) + r for r in rows]
         if a.peer:
             table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,
-                                                      tokens=a.peer_tokens, device=a.peer_device)]
+                                                      tokens=a.peer_tokens, device=a.peer_device,
+                                                      prompts=[int(x) for x in a.peer_prompts.split(",") if x])]
         write_md(a, argv, commit, gpu, bw, test_rc[0], table, lines)  # after each geometry (a timeout keeps it)
     if a.tests and not a.tests_first and len(geoms) == 1:
         run_tests()

@@ -93,24 +93,6 @@ def scope(on: bool = True):
         _TLS.on = prev
 
 
-# TENSORFOLD_SMEM_CARVEOUT=P (0-100, an experiment knob): every kernel launched inside a scope prefers P % of its
-# SM's unified L1 / shared storage as shared memory. An SM changes its split only when idle, so a dependent launch
-# whose blocks need more shared memory than the running kernel's split leaves cannot start beside it.
-_c = os.environ.get("TENSORFOLD_SMEM_CARVEOUT", "").strip()
-_CARVE = int(_c) if _c else None
-_CARVED: set = set()
-
-
-def _carveout(kernel) -> None:
-    try:
-        cuf = kernel._codelibrary.get_cufunc()
-        if id(cuf) not in _CARVED:
-            cuf.set_shared_memory_carveout(_CARVE)
-            _CARVED.add(id(cuf))
-    except Exception:  # noqa: BLE001 -- a layout without the call: launch as is
-        pass
-
-
 def install() -> bool:
     """Wrap numba-cuda's ``CUDADispatcher.call`` (notes whether the dispatcher's function is aware: a kernel loaded
     from the on-disk cache has no Python function of its own) and ``_Kernel.launch`` (launches with the attribute
@@ -140,8 +122,6 @@ def install() -> bool:
     def launch(self, args, griddim, blockdim, stream=0, sharedmem=0):
         if not getattr(_TLS, "on", False):
             return orig_launch(self, args, griddim, blockdim, stream, sharedmem)
-        if _CARVE is not None:
-            _carveout(self)
         cur = getattr(_TLS, "aware", None)
         if cur is None or not cur[1] or getattr(self, "debug", False):
             _STATE["plain"].add(cur[0].py_func.__name__ if cur else getattr(self, "entry_name", "?"))
