@@ -6,13 +6,7 @@ set -u
 OUT=${OUT:-/tmp/s14c}
 R=$OUT/r
 mkdir -p "$R"
-export TENSORFOLD_CACHE_DIR=/tmp/tfkc
-dec() {  # name geometry extra-args...
-    local n=$1 g=$2; shift 2
-    timeout 240 python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8 --prompts 512 \
-        --steps 30 --out "$R/decode_$n.md" "$@" >"$R/decode_$n.txt" 2>&1
-    echo "== $n rc $?"; grep -h "decode \|Error\|error" "$R/decode_$n.txt" | head -6
-}
+. "$(dirname "$0")/_dec.sh"
 TENSORFOLD_SMEM_CARVEOUT=100 dec 2b_c100 2b
 dec 2b_base 2b
 TENSORFOLD_SMEM_CARVEOUT=100 TENSORFOLD_GEMV_PF=1 dec 2b_pf_c100 2b --profile 1
