@@ -758,6 +758,10 @@ _GROUPS3 = (64, 128)
 XPREP_TPB = 64
 XPREP2_TPB = 128  # 4 warps: 4 row tiles of 8 rows
 XPREP = os.environ.get("TENSORFOLD_XPREP", "1").strip() or "1"  # pre-pass kernel of v3 (see launch_xprep)
+# TENSORFOLD_GEMM_XLO=0 (opt-in, not yet measured on a GPU): tc3gemm multiplies the codes by the bf16 high part of x
+# only, one mma a k-step instead of two (x as bf16 activations, about 2^-9 relative; the group sums keep the full x).
+# Prompt rows then differ from step rows by more than fp32 rounding: the runtime's prompt-vs-step KL test bounds it.
+XLO = os.environ.get("TENSORFOLD_GEMM_XLO", "1").strip() != "0"
 RPAD = 64  # XF / SXT rows are padded to a multiple of this (every row tile BR divides it: no clamps in the kernel)
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
 
@@ -873,7 +877,7 @@ def _gen_xprep2(name: str, bits: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3) -> str:
+def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True) -> str:
     NWO, NWR, MT, NT, NSTG = geo[:5]
     TPB = 32 * NWO * NWR
     BO, BR = NWO * MT * 16, NWR * NT * 8
@@ -1001,7 +1005,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3) -> str:
                 fa = ", ".join(f"fa{i}_{k}{S}_{r}" for r in range(4))
                 for j in range(NT):
                     fb = f"fb{j}_{k}{S}"
-                    for h in range(2):
+                    for h in range(2 if xlo else 1):  # hi, then lo (xlo=False: the bf16 high part only)
                         ins = ", ".join(cur[i, j, c] for c in range(4))
                         outs = [f"e{i}_{j}_{c}_{k}{S}{h}" for c in range(4)]
                         a(f"{I}{', '.join(outs)} = mma_bf16({fa}, {fb}[{2 * h}], {fb}[{2 * h + 1}], {ins})")
@@ -1068,22 +1072,22 @@ def launch_xprep(x, XF, SXT, R: int, bits: int, stream=0, version=None):
         get_xprep_kernel(bits)[(-(-Rp // XPREP_TPB), ng), XPREP_TPB, stream](x, XF, SXT, np.int32(R))
 
 
-def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3):
-    key = ("py3", bits, group, sk, tuple(geo))
+def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True):
+    key = ("py3", bits, group, sk, tuple(geo), xlo)
     if key not in _KCACHE:
-        name = f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}"
-        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo)))
+        name = f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}" + ("" if xlo else "_hi")
+        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo))
     return _KCACHE[key]
 
 
-def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3):
-    key = ("k3", bits, group, sk, tuple(geo))
+def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True):
+    key = ("k3", bits, group, sk, tuple(geo), xlo)
     if key not in _KCACHE:
         lb = (32 * geo[0] * geo[1], geo[5]) if len(geo) > 5 and geo[5] and not IS_SIM else None
         if lb:  # an optional 6th geometry entry: minimum resident blocks per SM (launch bounds; caps registers)
-            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo), launch_bounds=lb)
+            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo), launch_bounds=lb)
         else:
-            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo))
+            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo))
     return _KCACHE[key]
 
 
@@ -1136,7 +1140,7 @@ def _launch3(W, S, B, x, y, bits, group, R, stream, geo, ws):
     ng = inp // group
     XF, SXT = _scratch(ws, Rp, inp, ng)
     launch_xprep(x, XF, SXT, R, bits, stream)
-    k = get_gemm3_kernel(bits, group, affine._scale_kind(S), geo)
+    k = get_gemm3_kernel(bits, group, affine._scale_kind(S), geo, XLO)
     bo, br = tile3(geo)
     k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](W, S, B, XF, SXT, y, np.int32(R))
     return y
@@ -1172,6 +1176,7 @@ def _specs():
                 f = get_gemm3_pyfunc(bits, group, sk, geo3(bits, group))
                 specs.append((f, _G3.format(s=sty)))
                 hot.add(f.__name__)
+    specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), xlo=False), _G3.format(s="uint16")))  # opt-in
     for bits in _BITS3:
         for f in (get_xprep_pyfunc(bits), get_xprep2_pyfunc(bits)):
             specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))

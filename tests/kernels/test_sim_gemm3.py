@@ -14,6 +14,7 @@ import pytest
 
 from tensorfold.kernels import gemm as G
 from tensorfold.model import bf16, quant
+from tensorfold.reference import ops
 from test_sim_gemm import _check, _rand_q, _ref  # the v1 file's random MLX weights, float64 oracle and bound
 
 rng = np.random.default_rng()
@@ -204,3 +205,26 @@ def test_production_geometry():
     _check(y, ref, bound)
     small = _run(P, S, B, x, bits, group)
     assert np.array_equal(y.view(np.uint32), small.view(np.uint32))
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 128)])
+def test_hi_only_x(bits, group, monkeypatch):
+    """``TENSORFOLD_GEMM_XLO=0`` (``gemm.XLO`` False): the codes meet the bf16 high part of x only. Oracle: float64
+    ``hi(x) @ (s q).T + x @ b.T`` (the bias term keeps the full x through the group sums), where ``hi`` is the
+    bf16 rounding ``bf16.from_f32`` specifies; bound 1e-5 * (|x| @ |W|). It must differ from the hi + lo kernel (the
+    residual is dropped) and still be within 2^-7 relative of the exact product."""
+    out, K, R = 16, 128, 5
+    P, S, B = _rand_q(out, K, bits, group)
+    x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+    full = _run(P, S, B, x, bits, group)
+    monkeypatch.setattr(G, "XLO", False)
+    y = _run(P, S, B, x, bits, group)
+    W = ops.affine_dequant(P, S, B, bits, group).astype(np.float64)
+    Bx = np.repeat(bf16.to_f32(B).astype(np.float64), group, axis=1)
+    hi = bf16.to_f32(bf16.from_f32(x)).astype(np.float64)
+    ref = hi @ (W - Bx).T + x.astype(np.float64) @ Bx.T
+    bound = np.abs(x.astype(np.float64)) @ np.abs(W).T
+    _check(y, ref, bound)
+    assert not np.array_equal(y, full)
+    exact, _ = _ref(x, P, S, B, bits, group)
+    assert (np.abs(y - exact) <= 2.0 ** -7 * bound).all()
