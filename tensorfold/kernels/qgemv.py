@@ -832,7 +832,7 @@ class V3Plan:
             nw = nts * self.kp
             for pf in range(self.pf, 0, -1):
                 st, dy = self.smem_bytes(nt, nw, pf)
-                if st + dy <= SMEM_MAX:
+                if st + dy <= smem_max():
                     return nw, pf, -(-ntile // (nts * pf))
         raise ValueError(f"qgemv: no prefetch geometry of {self.out}x{self.inp} fits shared memory at {nt} n-tiles")
 
@@ -893,6 +893,21 @@ class V3Plan:
 _DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
 SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
 SMEM_MAX = 227 * 1024 - 1024  # shared bytes a block may use on sm_90 (opt-in), less a margin
+_SMEM: list = []
+
+
+def smem_max() -> int:
+    """Shared bytes a prefetch-form block may use: the device's opt-in limit less 1 KB (``SMEM_MAX``, the H200's,
+    in the simulator or when the attribute cannot be read), so a plan never asks a smaller GPU for more."""
+    if not _SMEM:
+        v = SMEM_MAX
+        if not IS_SIM:
+            try:
+                v = int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN) - 1024
+            except Exception:  # noqa: BLE001 -- no device or no such attribute: the H200 figure
+                v = SMEM_MAX
+        _SMEM.append(v)
+    return _SMEM[0]
 
 
 def _tuning():
@@ -985,7 +1000,7 @@ def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS, tuning: d
                 nw = nts * kp
                 p = V3Plan(out, inp, bits, group, nw=nw, mt=1, cg=cg, u=u, depth=1, blocks=per * ks, pf=pf,
                            nwp=max(nw, tu["nwp"]), kp=kp)
-                if sum(p.smem_bytes(1, nw, pf)) > SMEM_MAX:
+                if sum(p.smem_bytes(1, nw, pf)) > smem_max():
                     continue
                 try:
                     p.pf_geom(2)

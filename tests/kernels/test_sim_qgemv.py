@@ -233,7 +233,7 @@ def test_prefetch_plans_fit_and_route(monkeypatch):
         assert gx * p.ks <= Q.SMS and nw * pf * gx * 16 >= out
         for nt in (1, 2):
             nw, pf, gx = p.pf_geom(nt)
-            assert sum(p.smem_bytes(nt, nw, pf)) <= Q.SMEM_MAX and nw * pf * gx * 16 >= out
+            assert sum(p.smem_bytes(nt, nw, pf)) <= Q.smem_max() == Q.SMEM_MAX and nw * pf * gx * 16 >= out
         assert A.plan_qgemv(out, K, 4, 64) == p
     for out, K in ((24576, 4096), (4096, 12288), (248320, 2048)):
         assert Q.plan_pf(out, K, 4, 64) is None
