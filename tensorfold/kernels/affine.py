@@ -1053,10 +1053,14 @@ def _v3_enabled(out: int, inp: int) -> bool:
     gemv3_2026-11-30_12da6be.md), 1 row / 8 rows, 4-bit g64: 9B gate/up 29.2 / 50.5 us against 43.3 / 53.1, 27B
     down 30.7 / 61.2 against 45.5 / 52.7, 2B head 105 / 171 against 169 / 195; the 2B gate/up (12288 x 2048) 12.3
     / 21.4 against 12.4 / 13.5, so smaller weights keep the first kernel."""
-    v = os.environ.get("TENSORFOLD_GEMV_V3", "auto")
+    v = _v3_mode()
     if v == "0":
         return False
     return v == "1" or out * inp >= V3_MIN_CODES
+
+
+def _v3_mode() -> str:
+    return os.environ.get("TENSORFOLD_GEMV_V3", "auto")
 
 
 V3_MIN_CODES = 1 << 26
@@ -1068,10 +1072,9 @@ def plan_qgemv(out: int, inp: int, bits: int, group: int, scales: str = "bf16", 
     ``qgemv.V3Plan``) when enabled; other bits 2 (groups 64, 128), 4 and 8 the first tensor-core kernel unless
     ``TENSORFOLD_GEMV_TC=0``; the rest the CUDA-core kernel."""
     if bits != 16 and _tc_enabled() and _qgemv3.supported(bits, group, inp, scales):
-        if os.environ.get("TENSORFOLD_GEMV_V3", "auto") != "0":
-            pf = _qgemv3.plan_pf(out, inp, bits, group)  # the whole weight fits shared memory: prefetch it
-            if pf is not None:
-                return pf
+        pf = _qgemv3.plan_pf(out, inp, bits, group) if _v3_mode() != "0" else None
+        if pf is not None:  # opt-in (TENSORFOLD_GEMV_PF=1): the whole weight fits shared memory, prefetch it
+            return pf
         if _v3_enabled(out, inp):
             return _qgemv3.plan(out, inp, bits, group)
     if bits != 16 and _tc_enabled() and _tc_supported(bits, group, inp):

@@ -364,7 +364,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     ``cp.async``, one commit group a tile, so a small weight streams in while the previous kernel still runs; after
     the x preparation a tile waits for its own group and reads its words back as the ``stages`` form does (the same
     arithmetic, hence the same bits). The dynamic array holds the x fragments first, then the warps' tiles; the
-    launch gives its size (``V3Plan.dyn_bytes``). ``nwp`` (>= ``nw``): warps a block, the ones past ``nw`` only
+    launch gives its size (``V3Plan.pf_launch``). ``nwp`` (>= ``nw``): warps a block, the ones past ``nw`` only
     help with the x preparation. ``kp`` > 1 (prefetch form only): the block's tile warps are ``nw / kp`` tile slots
     times ``kp`` parts of the chunk; each warp sums its part's groups in order, and the part-0 warp of a slot adds
     the ``kp`` part sums in part order (through shared memory) before the tile goes out, so a tile's arithmetic is
@@ -836,9 +836,11 @@ class V3Plan:
                     return nw, pf, -(-ntile // (nts * pf))
         raise ValueError(f"qgemv: no prefetch geometry of {self.out}x{self.inp} fits shared memory at {nt} n-tiles")
 
-    def dyn_bytes(self, nt: int) -> int:
-        nw, pf, _ = self.pf_geom(nt)
-        return self.smem_bytes(nt, nw, pf)[1]
+    def pf_launch(self, nt: int) -> tuple[int, int, int, int, int]:
+        """(tile warps a block, tiles a warp, blocks a chunk, threads a block, dynamic shared bytes) of a
+        prefetch-form launch of ``nt`` n-tiles"""
+        nw, pf, gx = self.pf_geom(nt)
+        return nw, pf, gx, 32 * max(nw, self.nwp), self.smem_bytes(nt, nw, pf)[1]
 
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
@@ -846,7 +848,7 @@ class V3Plan:
         if self.pf or not self.stages or nt != 1 or self.group * self.bits // 128 != 2 or self.u not in (2, 4):
             return 0
         st = min(self.stages, self.cg // self.u + 1)
-        np_ = self.mt * 2 * self.u + self.mt * 2 * (1 if self.u == 2 else 2)
+        np_ = self._nit_np()[1]
         xb = self.cg * (self.group // 16) * 32 * 8 + self.cg * 4 * 4 + self.cg * 4 * 4 * (self.group // 16) * 4
         while st >= 2 and xb + self.nw * st * np_ * 32 * 8 + self.nw * 128 > 48 * 1024:
             st -= 1
@@ -860,8 +862,6 @@ class V3Plan:
     def tpb(self) -> int:
         return 32 * max(self.nw, self.nwp)
 
-    def tpb_for(self, nt: int) -> int:
-        return 32 * max(self.pf_geom(nt)[0], self.nwp) if self.pf else self.tpb
 
     @property
     def workspace_shape(self):
@@ -1074,10 +1074,9 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
         else:
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
         if p.pf:
-            nw, pf, gx = p.pf_geom(nt)
+            nw, pf, gx, tpb, dyn = p.pf_launch(nt)
             k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp)
-            dyn = p.smem_bytes(nt, nw, pf)[1]
-            cfg = k[(gx, p.ks), p.tpb_for(nt), stream, dyn]
+            cfg = k[(gx, p.ks), tpb, stream, dyn]
             if not IS_SIM:
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))

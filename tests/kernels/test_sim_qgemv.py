@@ -183,7 +183,7 @@ def test_prefetch_form_same_bits(bits, group, u, ks):
     cg = K // group // ks
     base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4)
     pre = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=2, pf=2, nwp=3)
-    assert pre.pf_geom(1) == (2, 2, 2) and pre.tpb_for(1) == 96
+    assert pre.pf_launch(1)[:4] == (2, 2, 2, 96)
     for R in (1, 3, 7):
         y0 = _go(P, S, B, x[:R], base)
         _check(y0, *_ref(x[:R], P, S, B, bits, group))
