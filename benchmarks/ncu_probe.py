@@ -2,7 +2,8 @@
 
 Kernels (MLX affine 4-bit g64, random codes and bf16 scales / biases, x random):
 - the decode GEMV the runtime plans (``affine.plan_qgemv``) at one row: the 2B gate+up 12288 x 2048 and down
-  2048 x 6144 (the first tensor-core kernel), the 9B gate+up 24576 x 4096 (qgemv);
+  2048 x 6144 (the first tensor-core kernel), the 9B gate+up 24576 x 4096 and 27B down 5120 x 17408 / gate+up 34816 x 5120
+  (qgemv3), the 9B down 4096 x 12288;
 - the prompt GEMM (``gemm.launch_qgemm``, v3: x pre-pass + tensor-core GEMM) at 4,096 rows on the 2B gate+up.
 
 Each is launched twice before a device sync (the first compiles), then ``--reps`` more times; profile the last
@@ -39,7 +40,8 @@ def main(argv=None) -> int:
         B = bf16.from_f32((rng.standard_normal((out, inp // group)) * 0.02).astype(np.float32))
         return [cuda.to_device(v) for v in (P, S, B)]
 
-    shapes = (("2B gate+up", 12288, 2048), ("2B down", 2048, 6144), ("9B gate+up", 24576, 4096))
+    shapes = (("2B gate+up", 12288, 2048), ("2B down", 2048, 6144), ("9B gate+up", 24576, 4096),
+              ("9B down", 4096, 12288), ("27B down", 5120, 17408), ("27B gate+up", 34816, 5120))
     if a.tiny:
         shapes = (("tiny a", 64, 128), ("tiny b", 32, 256))
     for label, out, inp in shapes:
