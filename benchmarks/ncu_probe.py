@@ -49,7 +49,7 @@ def main(argv=None) -> int:
         p = affine.plan_qgemv(out, inp, 4, 64)
         x = cuda.to_device(rng.standard_normal((1, inp)).astype(np.float32))
         y = cuda.device_array((1, out), np.float32)
-        ws = cuda.device_array(max(1, p.ks) * out, np.float32)
+        ws = cuda.device_array(p.workspace_shape or (1,), np.float32)
         print(f"{label}: {p}", flush=True)
         for _ in range(2 + a.reps):
             affine.launch_qgemv(W, S, B, x, y, 4, 64, plan=p, ws=ws, rows=1)
