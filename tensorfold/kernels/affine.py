@@ -1056,7 +1056,7 @@ def _v3_enabled(out: int, inp: int) -> bool:
     v = _v3_mode()
     if v == "0":
         return False
-    return v == "1" or out * inp >= V3_MIN_CODES
+    return v == "1" or out * inp >= v3_min_codes()
 
 
 def _v3_mode() -> str:
@@ -1064,6 +1064,17 @@ def _v3_mode() -> str:
 
 
 V3_MIN_CODES = 1 << 26
+
+
+def v3_min_codes() -> int:
+    """The size rule's line: ``V3_MIN_CODES``, or ``2 ** TENSORFOLD_GEMV_V3_LOG2`` when set (measurements)."""
+    v = os.environ.get("TENSORFOLD_GEMV_V3_LOG2", "").strip()
+    if not v:
+        return V3_MIN_CODES
+    try:
+        return 1 << int(v)
+    except ValueError:
+        raise ValueError(f"TENSORFOLD_GEMV_V3_LOG2={v!r}: want an integer (log2 of the fewest codes)") from None
 
 
 def plan_qgemv(out: int, inp: int, bits: int, group: int, scales: str = "bf16", max_tpb: int = 256):
