@@ -16,6 +16,7 @@ KERNEL_MODULES = (
     "_mma",
     "affine",
     "qgemv",
+    "qgemv_x",
     "gemm",
     "embedding",
     "norms",

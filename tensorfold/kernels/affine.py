@@ -1052,7 +1052,10 @@ def _v3_enabled(out: int, inp: int) -> bool:
     the shape only (never of the row count): measured on the H200 at 12da6be (benchmarks/results/
     gemv3_2026-11-30_12da6be.md), 1 row / 8 rows, 4-bit g64: 9B gate/up 29.2 / 50.5 us against 43.3 / 53.1, 27B
     down 30.7 / 61.2 against 45.5 / 52.7, 2B head 105 / 171 against 169 / 195; the 2B gate/up (12288 x 2048) 12.3
-    / 21.4 against 12.4 / 13.5, so smaller weights keep the first kernel."""
+    / 21.4 against 12.4 / 13.5, so smaller weights keep the first kernel. Session 15 (ncu): the first kernel streams
+    about 1 TB/s at the 9B mid shapes (8 warps an SM at 4096 x 12288), so the line moved from 2^26 to 2^25 (the 9B
+    in_proj, q_proj and down join): 9B decode 266-269 -> 300 tok/s at one stream, 1,522 -> 1,412 at eight (qgemv's
+    eight rows cost 1.6-2x one row); the 2B shapes (< 2^25) stay (every shape on qgemv was slower at 2B)."""
     v = _v3_mode()
     if v == "0":
         return False
@@ -1063,7 +1066,7 @@ def _v3_mode() -> str:
     return os.environ.get("TENSORFOLD_GEMV_V3", "auto")
 
 
-V3_MIN_CODES = 1 << 26
+V3_MIN_CODES = 1 << 25
 
 
 def v3_min_codes() -> int:

@@ -757,7 +757,10 @@ _BITS3 = (4, 8)
 _GROUPS3 = (64, 128)
 XPREP_TPB = 64
 XPREP2_TPB = 128  # 4 warps: 4 row tiles of 8 rows
-XPREP = os.environ.get("TENSORFOLD_XPREP", "1").strip() or "1"  # pre-pass kernel of v3 (see launch_xprep)
+# pre-pass kernel of v3 (see launch_xprep): "2" (xprep2, coalesced) by default since session 15: ncu put xprep at
+# 108 us for 4,096 x 2,048 (lg_throttle: 4-byte stores, 64-byte strided loads); 2B prompts 4,096 / 16,384 tokens ran
+# 15,843 / 10,755 tok/s with xprep and 16,779 / 11,181 with xprep2 (same bits)
+XPREP = os.environ.get("TENSORFOLD_XPREP", "2").strip() or "2"
 # TENSORFOLD_GEMM_XLO=0 (opt-in, not yet measured on a GPU): tc3gemm multiplies the codes by the bf16 high part of x
 # only, one mma a k-step instead of two (x as bf16 activations, about 2^-9 relative; the group sums keep the full x).
 # Prompt rows then differ from step rows by more than fp32 rounding: the runtime's prompt-vs-step KL test bounds it.
@@ -1064,7 +1067,7 @@ def get_xprep2_kernel(bits: int):
 
 def launch_xprep(x, XF, SXT, R: int, bits: int, stream=0, version=None):
     """The v3 pre-pass: XF / SXT (flat / ``[in/group, Rp]``) from x rows 0..R-1. ``version`` (default ``XPREP``, from
-    ``TENSORFOLD_XPREP``): "1" = xprep (measured), "2" = xprep2 (coalesced; same bits, not yet measured)."""
+    ``TENSORFOLD_XPREP``): "1" = xprep, "2" = xprep2 (coalesced, same bits; the default: 4-6 % faster prompts at 2B)."""
     Rp, ng = SXT.shape[1], SXT.shape[0]
     if (version or XPREP) == "2":
         get_xprep2_kernel(bits)[(-(-Rp // (XPREP2_TPB // 4)), ng), XPREP2_TPB, stream](x, XF, SXT, np.int32(R))

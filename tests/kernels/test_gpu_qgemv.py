@@ -124,3 +124,24 @@ def test_prefetch_form_real_shapes(label, out, inp, monkeypatch):
     if p.kp == 1 and p.cg * (group // 16) * 32 * 8 + p.cg * 4 * 4 * (group // 16) * 4 <= 40 * 1024:
         y = _run(cuda, dev, x[:3], reg, bits, group)
         assert np.array_equal(y.view(np.uint32), full[:3].view(np.uint32)), f"{label}: register form differs"
+
+
+@pytest.mark.parametrize("label,out,inp", SHAPES + [("9B down", 4096, 12288), ("9B in_proj", 12352, 4096)])
+def test_global_x_form_real_shapes(label, out, inp):
+    """The global-x form (``qgemv_x`` pre-pass + the ``xg`` kernel at five blocks an SM for 1-4 rows) against the
+    float64 oracle, and bit-equal to the shared form at 1, 3, 4, 5 and 8 rows (one and two n-tiles)."""
+    from tensorfold.kernels import qgemv as Q
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((8, inp)).astype(np.float32)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    dev = [cuda.to_device(a) for a in (P, S, B)]
+    ps, pg = Q.plan(out, inp, bits, group, xg=0), Q.plan(out, inp, bits, group, xg=1)
+    assert pg.xg == 1 and pg.cg == ps.cg and pg.grid_x(1) > ps.grid_x(1)
+    for R in (1, 3, 4, 5, 8):
+        yg = _run(cuda, dev, x[:R], pg, bits, group)
+        _check(yg, ref[:R], bound[:R])
+        ys = _run(cuda, dev, x[:R], ps, bits, group)
+        assert np.array_equal(yg.view(np.uint32), ys.view(np.uint32)), f"{label} {R} rows"

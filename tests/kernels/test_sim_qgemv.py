@@ -240,3 +240,43 @@ def test_prefetch_plans_fit_and_route(monkeypatch):
     assert Q.plan_pf(12288, 2048, 4, 32) is None  # one word a lane and group: not this form
     monkeypatch.setenv("TENSORFOLD_GEMV_PF", "0")
     assert not (isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan) and A.plan_qgemv(12288, 2048, 4, 64).pf)
+
+
+@pytest.mark.parametrize("bits,group,ks,mt", [(4, 64, 2, 1), (4, 64, 1, 2), (8, 32, 2, 1), (2, 128, 1, 1),
+                                              (4, 32, 2, 1)])
+def test_global_x_form_same_bits(bits, group, ks, mt):
+    """The global-x form (``qgemv_x``'s pre-pass + ``xg`` kernel) gives the shared form's bits, 1-11 rows (one and
+    two n-tiles, a launch of 8 + 3), one and two chunks; both within the float64 bound; counters end at zero; the
+    pre-pass's padding rows (r >= R) are zeros in its buffers."""
+    from tensorfold.kernels import qgemv_x as X
+
+    out, K = 72, (512 if group == 128 else 256)
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((11, K)) * 3).astype(np.float32)
+    cg = K // group // ks
+    u = 2 if cg % 2 == 0 else 1
+    kw = dict(nw=2, mt=mt, cg=cg, u=u, depth=1, blocks=4)
+    ps, pg = Q.V3Plan(out, K, bits, group, **kw), Q.V3Plan(out, K, bits, group, xg=1, **kw)
+    for R in (1, 3, 6, 11):
+        ys, yg = _go(P, S, B, x[:R], ps), _go(P, S, B, x[:R], pg)
+        _check(yg, *_ref(x[:R], P, S, B, bits, group))
+        assert np.array_equal(yg.view(np.uint32), ys.view(np.uint32)), f"{R} rows"
+    assert not Q.counters().any()
+    XB, XS = X.launch(x[:2], 2, bits, group, 1)  # rows 2, 3 of the n-tile are padding
+    ng = K // group
+    xs = XS[:ng * 4].reshape(ng, 4)
+    assert (xs[:, 2:] == 0).all() and np.isfinite(xs[:, :2]).all() and (xs[:, :2] != 0).all()
+    xb = XB[:X.xb_words(K, 1)].reshape(-1, 32)  # (group, step) rows of 32 lanes: lane tt + 4 * lo + 8 * r
+    nosign = np.uint64(0x7FFF7FFF7FFF7FFF)  # padding rows are x * 0: bf16 zeros of either sign
+    assert ((xb[:, 16:] & nosign) == 0).all() and ((xb[:, :16] & nosign) != 0).any()
+
+
+def test_global_x_form_plan_and_route(monkeypatch):
+    """``TENSORFOLD_GEMV_XG=1`` plans the global-x form (no ring, no register cap); the default does not."""
+    monkeypatch.delenv("TENSORFOLD_GEMV3", raising=False)
+    monkeypatch.delenv("TENSORFOLD_GEMV_XG", raising=False)
+    assert Q.plan(24576, 4096, 4, 64).xg == 0
+    monkeypatch.setenv("TENSORFOLD_GEMV_XG", "1")
+    p = Q.plan(24576, 4096, 4, 64)
+    assert p.xg == 1 and p.stages == 0 and p.occ1 == 0
+    assert p.cg == Q.plan(24576, 4096, 4, 64, xg=0).cg  # the same chunking: the same bits as the shared form
