@@ -547,13 +547,22 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
     # tail under PDL (kernels._pdl); x, y, the workspace and the counters are touched only after it
     a("    pdl_wait()")
-    if xg:  # the chunk's fragments and group sums, ready in XB / XS (qgemv_x's layout), copied to shared memory
-        a(f"    xo = G0 * {spg * nt * 32}")
-        a(f"    for i in range(tid, {XBW}, {nwp * 32}):")
-        a("        xb[i] = XB[xo + i]")
-        a(f"    xso = G0 * {4 * nt}")
-        a(f"    for i in range(tid, {cg * nt * 4}, {nwp * 32}):")
-        a("        xs[i] = XS[xso + i]")
+    if xg:  # the chunk's fragments and group sums, ready in XB / XS (qgemv_x's layout), copied to shared memory:
+        # every load issued before any store (a runtime loop ran them one L2 round trip at a time: +6-15 us a launch)
+        a(f"    xo = G0 * {spg * nt * 32} + tid")
+        a(f"    xso = G0 * {4 * nt} + tid")
+        T = nwp * 32
+        nxb, nxs = -(-XBW // T), -(-(cg * nt * 4) // T)
+        for k in range(nxb):
+            a(f"    cx{k} = XB[xo + {k * T}] if tid + {k * T} < {XBW} else np.uint64(0)")
+        for k in range(nxs):
+            a(f"    cs{k} = XS[xso + {k * T}] if tid + {k * T} < {cg * nt * 4} else np.float32(0.0)")
+        for k in range(nxb):
+            a(f"    if tid + {k * T} < {XBW}:")
+            a(f"        xb[tid + {k * T}] = cx{k}")
+        for k in range(nxs):
+            a(f"    if tid + {k * T} < {cg * nt * 4}:")
+            a(f"        xs[tid + {k * T}] = cs{k}")
         a("    cuda.syncthreads()")
     _gen_xprep(a, xg, bits, group, nt, nwp, cg, spg, cl, steps, pb)
     for m in range(mt):
