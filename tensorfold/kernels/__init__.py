@@ -16,7 +16,6 @@ KERNEL_MODULES = (
     "_mma",
     "affine",
     "qgemv",
-    "qgemv_x",
     "gemm",
     "embedding",
     "norms",

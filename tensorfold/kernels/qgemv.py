@@ -342,7 +342,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, xg: int = 0) -> str:
+                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -368,14 +368,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     help with the x preparation. ``kp`` > 1 (prefetch form only): the block's tile warps are ``nw / kp`` tile slots
     times ``kp`` parts of the chunk; each warp sums its part's groups in order, and the part-0 warp of a slot adds
     the ``kp`` part sums in part order (through shared memory) before the tile goes out, so a tile's arithmetic is
-    a function of the plan only.
-
-    ``xg`` = 1, the global-x form (kernel ``name(W, S, B, XB, XS, y, ws, cnt, R)``): the x fragments and group sums
-    come ready from global memory (``qgemv_x``'s pre-pass writes them for the whole of K in this kernel's shared
-    layout, chunk after chunk), so a block's x preparation is a copy of its chunk into shared memory. (Read from
-    global memory in the loop itself, the loads were hoisted: 255 registers and spills, ptxas sm_90.) The same
-    values, hence the same bits as the shared form."""
-    assert not xg or not (pf or stages or kp > 1)
+    a function of the plan only."""
     nwp = max(nwp, nw)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
@@ -401,7 +394,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     NV = mt * nt * 2  # accumulators a lane
     L = []
     a = L.append
-    a(f"def {name}(W, S, B, XB, XS, y, ws, cnt, R):" if xg else f"def {name}(W, S, B, x, y, ws, cnt, R):")
+    a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
     if gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
@@ -415,8 +408,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     else:
         a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
     a(f"    xs = cuda.shared.array({cg * nt * 4}, np.float32)")
-    if not xg:
-        a(f"    xp = cuda.shared.array({cg * nt * 4 * 4 * spg}, np.float32)")
+    a(f"    xp = cuda.shared.array({cg * nt * 4 * 4 * spg}, np.float32)")
     a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
@@ -547,24 +539,54 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
     # tail under PDL (kernels._pdl); x, y, the workspace and the counters are touched only after it
     a("    pdl_wait()")
-    if xg:  # the chunk's fragments and group sums, ready in XB / XS (qgemv_x's layout), copied to shared memory:
-        # every load issued before any store (a runtime loop ran them one L2 round trip at a time: +6-15 us a launch)
-        a(f"    xo = G0 * {spg * nt * 32} + tid")
-        a(f"    xso = G0 * {4 * nt} + tid")
-        T = nwp * 32
-        nxb, nxs = -(-XBW // T), -(-(cg * nt * 4) // T)
-        for k in range(nxb):
-            a(f"    cx{k} = XB[xo + {k * T}] if tid + {k * T} < {XBW} else np.uint64(0)")
-        for k in range(nxs):
-            a(f"    cs{k} = XS[xso + {k * T}] if tid + {k * T} < {cg * nt * 4} else np.float32(0.0)")
-        for k in range(nxb):
-            a(f"    if tid + {k * T} < {XBW}:")
-            a(f"        xb[tid + {k * T}] = cx{k}")
-        for k in range(nxs):
-            a(f"    if tid + {k * T} < {cg * nt * 4}:")
-            a(f"        xs[tid + {k * T}] = cs{k}")
-        a("    cuda.syncthreads()")
-    _gen_xprep(a, xg, bits, group, nt, nwp, cg, spg, cl, steps, pb)
+    # ---- x preparation of the chunk (items: group, step, t, row), then the group sums
+    I = "    "
+    a(f"{I}kb = G0 * {group}")
+    nitems = cg * spg * 4 * nt * 4
+    ipt = -(-nitems // (nwp * 32))  # items per thread
+    # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
+    PB = min(ipt, pb or (8 if nt == 1 else 4))
+    nb = -(-ipt // PB)
+    a(f"{I}for kbat in range({nb}):")
+    I2 = I + "    "
+    for k in range(PB):
+        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {nwp * 32}, {nitems - 1})")
+        a(f"{I2}r{k} = it{k} % {4 * nt}")
+        a(f"{I2}rest = it{k} // {4 * nt}")
+        a(f"{I2}tt{k} = rest % 4")
+        a(f"{I2}gs{k} = rest // 4")
+        a(f"{I2}st{k} = gs{k} % {spg}")
+        a(f"{I2}base = kb + (gs{k} // {spg}) * {group} + tt{k} * {cl}")
+        a(f"{I2}rr = min(r{k}, R - 1)")
+        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
+        for s_, (_, prs, _) in enumerate(steps):
+            kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
+            (l0, h0), (l1, h1) = prs
+            a(f"{I2}{kw} st{k} == {s_}:" if kw != "else" else f"{I2}else:")
+            a(f"{I2}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
+        for e in range(4):
+            a(f"{I2}v{k}_{e} = x[rr, base + c{e}]")
+    for k in range(PB):
+        a(f"{I2}if tid + (kbat * {PB} + {k}) * {nwp * 32} < {nitems}:")
+        K = I2 + "    "
+        a(f"{K}h0, l0 = split_bf16x2(v{k}_0 * live{k}, v{k}_1 * live{k})")
+        a(f"{K}h1, l1 = split_bf16x2(v{k}_2 * live{k}, v{k}_3 * live{k})")
+        a(f"{K}slot = (gs{k} * {nt} + r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
+        a(f"{K}xb[slot] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+        a(f"{K}xb[slot + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
+        a(f"{K}ps = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
+          f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
+        a(f"{K}xp[((gs{k} // {spg}) * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg} + st{k}] = ps")
+    a(f"{I}cuda.syncthreads()")
+    a(f"{I}for e0 in range(0, {cg * nt * 4}, {nwp * 32}):")
+    a(f"{I}    e = e0 + tid")
+    a(f"{I}    if e < {cg * nt * 4}:")
+    J = I + "        "
+    a(f"{J}sm = xp[e * {4 * spg}]")
+    a(f"{J}for kk in range(1, {4 * spg}):")
+    a(f"{J}    sm += xp[e * {4 * spg} + kk]")
+    a(f"{J}xs[e] = sm if e % {4 * nt} < R else np.float32(0.0)")
+    a(f"{I}cuda.syncthreads()")
     for m in range(mt):
         for n in range(nt):
             a(f"    acc{m}_{n}_a = np.float32(0.0)")
@@ -728,72 +750,17 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     return "\n".join(L) + "\n"
 
 
-def _gen_xprep(a, xg, bits, group, nt, nwp, cg, spg, cl, steps, pb):
-    """The shared form's x preparation of a block's chunk (items: group, step, t, row), then the group sums (none in
-    the global-x form: ``qgemv_x`` does the same arithmetic once for all of K)."""
-    if xg:
-        return
-    I = "    "
-    a(f"{I}kb = G0 * {group}")
-    nitems = cg * spg * 4 * nt * 4
-    ipt = -(-nitems // (nwp * 32))  # items per thread
-    # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
-    PB = min(ipt, pb or (8 if nt == 1 else 4))
-    nb = -(-ipt // PB)
-    a(f"{I}for kbat in range({nb}):")
-    I2 = I + "    "
-    for k in range(PB):
-        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {nwp * 32}, {nitems - 1})")
-        a(f"{I2}r{k} = it{k} % {4 * nt}")
-        a(f"{I2}rest = it{k} // {4 * nt}")
-        a(f"{I2}tt{k} = rest % 4")
-        a(f"{I2}gs{k} = rest // 4")
-        a(f"{I2}st{k} = gs{k} % {spg}")
-        a(f"{I2}base = kb + (gs{k} // {spg}) * {group} + tt{k} * {cl}")
-        a(f"{I2}rr = min(r{k}, R - 1)")
-        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
-        for s_, (_, prs, _) in enumerate(steps):
-            kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
-            (l0, h0), (l1, h1) = prs
-            a(f"{I2}{kw} st{k} == {s_}:" if kw != "else" else f"{I2}else:")
-            a(f"{I2}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
-        for e in range(4):
-            a(f"{I2}v{k}_{e} = x[rr, base + c{e}]")
-    for k in range(PB):
-        a(f"{I2}if tid + (kbat * {PB} + {k}) * {nwp * 32} < {nitems}:")
-        K = I2 + "    "
-        a(f"{K}h0, l0 = split_bf16x2(v{k}_0 * live{k}, v{k}_1 * live{k})")
-        a(f"{K}h1, l1 = split_bf16x2(v{k}_2 * live{k}, v{k}_3 * live{k})")
-        a(f"{K}slot = (gs{k} * {nt} + r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
-        a(f"{K}xb[slot] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
-        a(f"{K}xb[slot + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
-        a(f"{K}ps = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
-          f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
-        a(f"{K}xp[((gs{k} // {spg}) * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg} + st{k}] = ps")
-    a(f"{I}cuda.syncthreads()")
-    a(f"{I}for e0 in range(0, {cg * nt * 4}, {nwp * 32}):")
-    a(f"{I}    e = e0 + tid")
-    a(f"{I}    if e < {cg * nt * 4}:")
-    J = I + "        "
-    a(f"{J}sm = xp[e * {4 * spg}]")
-    a(f"{J}for kk in range(1, {4 * spg}):")
-    a(f"{J}    sm += xp[e * {4 * spg} + kk]")
-    a(f"{J}xs[e] = sm if e % {4 * nt} < R else np.float32(0.0)")
-    a(f"{I}cuda.syncthreads()")
-
-
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, xg=0):
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1):
     nwp = nwp if nwp > nw else 0
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, xg)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else "") + ("_xg" if xg else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            xg))
+                + (f"_k{kp}" if kp > 1 else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
@@ -805,14 +772,13 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, xg=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, xg)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, xg),
-                                   **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp), **kw)
     return _KCACHE[key]
 
 
@@ -843,8 +809,6 @@ class V3Plan:
     pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
-    xg: int = 0  # 1: the global-x form (x fragments from ``qgemv_x``'s pre-pass, a second launch; same bits)
-    xocc: int = 0  # global-x form: blocks an SM of one-n-tile launches (94 registers there, not 168); 0: ``blocks``
 
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
@@ -910,8 +874,6 @@ class V3Plan:
             return self.pf_geom(nt)[2]
         ntile = -(-self.out // (16 * self.mt))
         blocks = self.occ1 * SMS if (self.occ1 and nt == 1) else self.blocks
-        if self.xg and self.xocc and nt == 1:
-            blocks = self.xocc * SMS
         return max(1, min(-(-ntile // self.nw), blocks // self.ks))
 
     def maxreg_for(self, nt: int) -> int:
@@ -928,7 +890,7 @@ class V3Plan:
 # 0 = off; pb: the x-preparation batch; both slower at every shape on the H200 in session 11, see
 # benchmarks/results/session11_2026-11-30.md; occ1: blocks an SM for one-n-tile launches with registers capped to
 # fit, slower end to end: 27B one stream 85.8 vs 100.4 tok/s, session12_2026-11-30.md)
-_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0, xg=0, xocc=5)
+_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
 SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
 SMEM_MAX = 227 * 1024 - 1024  # shared bytes a block may use on sm_90 (opt-in), less a margin
 _SMEM: list = []
@@ -954,14 +916,11 @@ def _tuning():
     if v:
         d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb", "occ1"],
                           [int(p) for p in v.split(",")])))
-    xg = os.environ.get("TENSORFOLD_GEMV_XG", "").strip()  # "xg[,xocc]"
-    if xg:
-        d.update(dict(zip(["xg", "xocc"], [int(p) for p in xg.split(",")])))
     return d
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None, stages=None, pb=None, occ1=None, xg=None) -> V3Plan:
+         cg=None, stages=None, pb=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -973,9 +932,6 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     stages = tu["stages"] if stages is None else stages
     pb = tu["pb"] if pb is None else pb
     occ1 = tu["occ1"] if occ1 is None else occ1
-    xg = tu["xg"] if xg is None else xg
-    if xg:
-        stages = occ1 = 0  # the global-x form has neither the cp.async ring nor a register cap
     ng = inp // group
     while u > 1 and ng % u:
         u //= 2
@@ -990,8 +946,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1, xg=xg,
-                  xocc=tu["xocc"] if xg else 0)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
 
 
 def pf_tuning() -> dict | None:
@@ -1072,11 +1027,7 @@ def _scratch():
 
 def counters():
     """The arrival counters of the in-kernel split-K sum (zeros; every launch leaves them at zero). Also allocates
-    the stand-in workspace of one-chunk launches and the global-x form's fragment buffers: call it before capturing
-    a graph."""
-    from . import qgemv_x
-
-    qgemv_x.scratch()
+    the stand-in workspace of one-chunk launches: call it before capturing a graph."""
     return _scratch()[0]
 
 
@@ -1130,13 +1081,6 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
             continue
-        if p.xg:
-            from . import qgemv_x
-
-            XB, XS = qgemv_x.launch(x[r0:r0 + n], n, p.bits, p.group, nt, stream)
-            k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, xg=1)
-            k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, XB, XS, y[r0:r0 + n], w3, counters(), np.int32(n))
-            continue
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
     return y
@@ -1148,8 +1092,6 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
 
 _SIG = ("void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1], "
         "int32[::1], int32)")
-_SIG_XG = ("void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint64[::1], float32[::1], float32[:, ::1], "
-           "float32[:, :, ::1], int32[::1], int32)")
 
 
 def _specs():
@@ -1185,12 +1127,6 @@ def _specs():
                 seen.add(f.__name__)
                 specs.append((f, _SIG))
                 hot.add(f.__name__)
-    # the global-x form (opt-in, TENSORFOLD_GEMV_XG=1), 9B gate+up at one and two n-tiles
-    p = plan(24576, 4096, 4, 64, xg=1)
-    for nt in (1, 2):
-        f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, xg=1)
-        specs.append((f, _SIG_XG))
-        hot.add(f.__name__)
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

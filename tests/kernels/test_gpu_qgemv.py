@@ -126,22 +126,26 @@ def test_prefetch_form_real_shapes(label, out, inp, monkeypatch):
         assert np.array_equal(y.view(np.uint32), full[:3].view(np.uint32)), f"{label}: register form differs"
 
 
-@pytest.mark.parametrize("label,out,inp", SHAPES + [("9B down", 4096, 12288), ("9B in_proj", 12352, 4096)])
-def test_global_x_form_real_shapes(label, out, inp):
-    """The global-x form (``qgemv_x`` pre-pass + the ``xg`` kernel at five blocks an SM for 1-4 rows) against the
-    float64 oracle, and bit-equal to the shared form at 1, 3, 4, 5 and 8 rows (one and two n-tiles)."""
+@pytest.mark.parametrize("label,out,inp", [("9B down", 4096, 12288), ("9B in_proj", 12352, 4096)])
+def test_mid_shapes_now_on_qgemv(label, out, inp):
+    """The 9B shapes that moved to this kernel when the line fell to 2^25 codes (session 15), default plan: against
+    the float64 oracle at 1, 3, 5 and 8 rows, and each row alone equal to its row of the 8-row launch."""
+    from tensorfold.kernels import affine as A
     from tensorfold.kernels import qgemv as Q
 
     cuda = _cuda()
     bits, group = 4, 64
+    p = A.plan_qgemv(out, inp, bits, group)
+    assert isinstance(p, Q.V3Plan), p
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((8, inp)).astype(np.float32)
     ref, bound = _ref(x, P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
-    ps, pg = Q.plan(out, inp, bits, group, xg=0), Q.plan(out, inp, bits, group, xg=1)
-    assert pg.xg == 1 and pg.cg == ps.cg and pg.grid_x(1) > ps.grid_x(1)
-    for R in (1, 3, 4, 5, 8):
-        yg = _run(cuda, dev, x[:R], pg, bits, group)
-        _check(yg, ref[:R], bound[:R])
-        ys = _run(cuda, dev, x[:R], ps, bits, group)
-        assert np.array_equal(yg.view(np.uint32), ys.view(np.uint32)), f"{label} {R} rows"
+    full = _run(cuda, dev, x, p, bits, group)
+    _check(full, ref, bound)
+    for R in (1, 3, 5):
+        y = _run(cuda, dev, x[:R], p, bits, group)
+        _check(y, ref[:R], bound[:R])
+    for r in (0, 6):
+        y = _run(cuda, dev, x[r:r + 1], p, bits, group)
+        assert np.array_equal(y.view(np.uint32), full[r:r + 1].view(np.uint32)), f"{label} row {r}"
