@@ -60,8 +60,8 @@ from numba import cuda
 
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, pdl_trigger,
-                      pdl_wait)
+from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
+                      pdl_trigger, pdl_wait)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS", "HOT",
@@ -539,44 +539,46 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
     # tail under PDL (kernels._pdl); x, y, the workspace and the counters are touched only after it
     a("    pdl_wait()")
-    # ---- x preparation of the chunk (items: group, step, t, row), then the group sums
+    # ---- x preparation of the chunk, then the group sums. An item is (group, row, lane column tt): the 16-byte
+    #      loads of its cl contiguous x values (every k-step's four values of that lane column lie there), then for
+    #      each k-step its hi / lo fragment words and its partial sum. (Session 15: the earlier items, one a
+    #      (group, step, tt, row) with four scalar loads and a runtime step switch, made the x preparation a third of
+    #      the kernel's instructions, ncu.) The same values and sums, hence the same bits.
     I = "    "
     a(f"{I}kb = G0 * {group}")
-    nitems = cg * spg * 4 * nt * 4
-    ipt = -(-nitems // (nwp * 32))  # items per thread
+    nitems = cg * 4 * nt * 4
+    T = nwp * 32
+    ipt = -(-nitems // T)  # items per thread
+    nq = cl // 4  # 16-byte loads an item
     # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
-    PB = min(ipt, pb or (8 if nt == 1 else 4))
+    PB = min(ipt, pb or max(1, 8 // nq))  # 8 16-byte loads: 136 registers at one n-tile, 168 at two (ptxas sm_90)
     nb = -(-ipt // PB)
     a(f"{I}for kbat in range({nb}):")
     I2 = I + "    "
     for k in range(PB):
-        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {nwp * 32}, {nitems - 1})")
-        a(f"{I2}r{k} = it{k} % {4 * nt}")
-        a(f"{I2}rest = it{k} // {4 * nt}")
-        a(f"{I2}tt{k} = rest % 4")
-        a(f"{I2}gs{k} = rest // 4")
-        a(f"{I2}st{k} = gs{k} % {spg}")
-        a(f"{I2}base = kb + (gs{k} // {spg}) * {group} + tt{k} * {cl}")
+        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
+        a(f"{I2}tt{k} = it{k} % 4")
+        a(f"{I2}r{k} = (it{k} // 4) % {4 * nt}")
+        a(f"{I2}gl{k} = it{k} // {16 * nt}")
         a(f"{I2}rr = min(r{k}, R - 1)")
         a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
-        for s_, (_, prs, _) in enumerate(steps):
-            kw = "if" if s_ == 0 else ("elif" if s_ < len(steps) - 1 else "else")
-            (l0, h0), (l1, h1) = prs
-            a(f"{I2}{kw} st{k} == {s_}:" if kw != "else" else f"{I2}else:")
-            a(f"{I2}    c0, c1, c2, c3 = {l0}, {h0}, {l1}, {h1}")
-        for e in range(4):
-            a(f"{I2}v{k}_{e} = x[rr, base + c{e}]")
+        a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
+        for q in range(nq):
+            a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
     for k in range(PB):
-        a(f"{I2}if tid + (kbat * {PB} + {k}) * {nwp * 32} < {nitems}:")
+        a(f"{I2}if tid + (kbat * {PB} + {k}) * {T} < {nitems}:")
         K = I2 + "    "
-        a(f"{K}h0, l0 = split_bf16x2(v{k}_0 * live{k}, v{k}_1 * live{k})")
-        a(f"{K}h1, l1 = split_bf16x2(v{k}_2 * live{k}, v{k}_3 * live{k})")
-        a(f"{K}slot = (gs{k} * {nt} + r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
-        a(f"{K}xb[slot] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
-        a(f"{K}xb[slot + 4] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
-        a(f"{K}ps = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
-          f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
-        a(f"{K}xp[((gs{k} // {spg}) * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg} + st{k}] = ps")
+        a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
+        a(f"{K}prow = (gl{k} * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg}")
+        for s_, (_, prs, _) in enumerate(steps):
+            (l0, h0), (l1, h1) = prs
+            vs = [f"q{k}_{c // 4}[{c % 4}] * live{k}" for c in (l0, h0, l1, h1)]
+            a(f"{K}h0, l0 = split_bf16x2({vs[0]}, {vs[1]})")
+            a(f"{K}h1, l1 = split_bf16x2({vs[2]}, {vs[3]})")
+            a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+            a(f"{K}xb[xrow + {s_ * nt * 32 + 4}] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
+            a(f"{K}xp[prow + {s_}] = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
+              f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
     a(f"{I}cuda.syncthreads()")
     a(f"{I}for e0 in range(0, {cg * nt * 4}, {nwp * 32}):")
     a(f"{I}    e = e0 + tid")
@@ -763,7 +765,8 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
-               "ld_cg_f32": ld_cg_f32, "andor_m4": andor_m4, "andor_m2": andor_m2, "_TWO23": np.float32(8388608.0),
+               "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
+               "_TWO23": np.float32(8388608.0),
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
