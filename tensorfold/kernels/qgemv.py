@@ -15,8 +15,9 @@ flight. This kernel spends about 60 (ptxas / nvdisasm on the sm_90 build):
 
 - **x is prepared once per block**: block (bx, kz) splits K chunk ``kz`` of x into bf16 hi and lo parts, already in
   mma B-fragment order, into shared memory (one 8-byte shared load per lane and k-step in the loop), and sums each
-  group of x over the same hi + lo values in a fixed order. Its x loads are issued a batch at a time (up to 8
-  items a thread) before any is used.
+  group of x over the same hi + lo values in a fixed order. An item of that preparation is (group, row, lane
+  column): its values are contiguous, so they arrive in 16-byte loads, issued a batch at a time before any is used
+  (session 15: 915 SASS instructions before the loop instead of 2,228; 136 registers at one n-tile instead of 168).
 - **hi and lo are two columns of B.** Batch row ``r`` of an n-tile owns columns ``2r`` (hi) and ``2r + 1`` (lo),
   so one mma per k-step serves up to 4 rows with fp32-class x; the two C columns are added in the epilogue.
   Launches take up to 8 rows (two n-tiles); 9-16 rows are two launches.
