@@ -765,6 +765,9 @@ XPREP = os.environ.get("TENSORFOLD_XPREP", "2").strip() or "2"
 # only, one mma a k-step instead of two (x as bf16 activations, about 2^-9 relative; the group sums keep the full x).
 # Prompt rows then differ from step rows by more than fp32 rounding: the runtime's prompt-vs-step KL test bounds it.
 XLO = os.environ.get("TENSORFOLD_GEMM_XLO", "1").strip() != "0"
+# TENSORFOLD_GEMM_DQ=1 (opt-in, session 15, not yet measured on a GPU): bf16 scales' weights dequantized to bf16 in
+# the registers and met by x's bf16 high part (``_gen_source3``'s ``dq``); other scale dtypes keep the default
+DQ = os.environ.get("TENSORFOLD_GEMM_DQ", "0").strip() == "1"
 RPAD = 64  # XF / SXT rows are padded to a multiple of this (every row tile BR divides it: no clamps in the kernel)
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
 
@@ -880,7 +883,15 @@ def _gen_xprep2(name: str, bits: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True) -> str:
+def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True, dq: bool = False) -> str:
+    """``dq`` (opt-in ``TENSORFOLD_GEMM_DQ=1``; bf16 scales): each code pair is dequantized to bf16 in the registers,
+    ``fma.rn.bf16x2(q, s, b)`` (one rounding of ``s q + b``, as MLX's bf16 dequantization), and meets x's bf16 high
+    part only, so a k-step is one mma, the accumulators run over the whole K, and there is no per-group epilogue.
+    The loop drops from about 347 SASS instructions a stage (64 mma, 64 FFMA) toward 230. Prompt rows then carry
+    bf16-class weights and x (the runtime's prompt-vs-step KL test bounds the effect)."""
+    assert not dq or (sk == "bf16" and bits in (4, 8))
+    if dq:
+        xlo = False
     NWO, NWR, MT, NT, NSTG = geo[:5]
     TPB = 32 * NWO * NWR
     BO, BR = NWO * MT * 16, NWR * NT * 8
@@ -960,8 +971,15 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     for i in range(MT):
         for j in range(NT):
             for c in range(4):
-                cur[i, j, c] = "zero"
+                cur[i, j, c] = f"acc{i}_{j}_{c}" if dq else "zero"
     def _scales():
+        if dq:  # the group's scales and biases as bf16 pairs (both halves the same row's value)
+            for i in range(MT):
+                for hh in range(2):
+                    for arr, nm in (("S", "es"), ("B", "eb")):
+                        a(f"{I}{nm}r{i}_{hh} = np.uint32(ld2({arr}, so{i}_{hh}, gi))")
+                        a(f"{I}{nm}{i}_{hh} = {nm}r{i}_{hh} | ({nm}r{i}_{hh} << np.uint32(16))")
+            return
         # the group's scales, biases and x sums (used by the group epilogue)
         for i in range(MT):
             for hh in range(2):
@@ -1001,7 +1019,10 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
                         regs.append(_decode3(bits, S, slot, lambda j, half=half, i=i: f"{half}a{i}_{k}[{j}]"))
                 # a0 (g, slot 0), a1 (g + 8, slot 0), a2 (g, slot 1), a3 (g + 8, slot 1)
                 for r in range(4):
-                    a(f"{I}fa{i}_{k}{S}_{r} = {regs[r]}")
+                    if dq:
+                        a(f"{I}fa{i}_{k}{S}_{r} = fma_bf16x2({regs[r]}, es{i}_{r & 1}, eb{i}_{r & 1})")
+                    else:
+                        a(f"{I}fa{i}_{k}{S}_{r} = {regs[r]}")
             for j in range(NT):
                 a(f"{I}fb{j}_{k}{S} = lds_u32x4(Xs, bx{k} + bo{j} + {S * 128})")
             for i in range(MT):
@@ -1014,12 +1035,15 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
                         a(f"{I}{', '.join(outs)} = mma_bf16({fa}, {fb}[{2 * h}], {fb}[{2 * h + 1}], {ins})")
                         for c in range(4):
                             cur[i, j, c] = outs[c]
-    # group epilogue: acc += s * d + b * sum_x(group)
+    # group epilogue: acc += s * d + b * sum_x(group) (dq: the mma's carried the accumulators through the group)
     for i in range(MT):
         for j in range(NT):
             for c in range(4):
                 hh, cc = c >> 1, c & 1
-                a(f"{I}acc{i}_{j}_{c} = (acc{i}_{j}_{c} + es{i}_{hh} * {cur[i, j, c]}) + eb{i}_{hh} * sx{j}[{cc}]")
+                if dq:
+                    a(f"{I}acc{i}_{j}_{c} = {cur[i, j, c]}")
+                else:
+                    a(f"{I}acc{i}_{j}_{c} = (acc{i}_{j}_{c} + es{i}_{hh} * {cur[i, j, c]}) + eb{i}_{hh} * sx{j}[{cc}]")
     for i in range(MT):
         for hh in range(2):
             a(f"    yo{i}_{hh} = o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g")
@@ -1075,22 +1099,22 @@ def launch_xprep(x, XF, SXT, R: int, bits: int, stream=0, version=None):
         get_xprep_kernel(bits)[(-(-Rp // XPREP_TPB), ng), XPREP_TPB, stream](x, XF, SXT, np.int32(R))
 
 
-def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True):
-    key = ("py3", bits, group, sk, tuple(geo), xlo)
+def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False):
+    key = ("py3", bits, group, sk, tuple(geo), xlo, dq)
     if key not in _KCACHE:
-        name = f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}" + ("" if xlo else "_hi")
-        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo))
+        name = f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}" + ("_dq" if dq else ("" if xlo else "_hi"))
+        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo, dq))
     return _KCACHE[key]
 
 
-def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True):
-    key = ("k3", bits, group, sk, tuple(geo), xlo)
+def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False):
+    key = ("k3", bits, group, sk, tuple(geo), xlo, dq)
     if key not in _KCACHE:
         lb = (32 * geo[0] * geo[1], geo[5]) if len(geo) > 5 and geo[5] and not IS_SIM else None
         if lb:  # an optional 6th geometry entry: minimum resident blocks per SM (launch bounds; caps registers)
-            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo), launch_bounds=lb)
+            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq), launch_bounds=lb)
         else:
-            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo))
+            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq))
     return _KCACHE[key]
 
 
@@ -1143,7 +1167,8 @@ def _launch3(W, S, B, x, y, bits, group, R, stream, geo, ws):
     ng = inp // group
     XF, SXT = _scratch(ws, Rp, inp, ng)
     launch_xprep(x, XF, SXT, R, bits, stream)
-    k = get_gemm3_kernel(bits, group, affine._scale_kind(S), geo, XLO)
+    sk = affine._scale_kind(S)
+    k = get_gemm3_kernel(bits, group, sk, geo, XLO, DQ and sk == "bf16")
     bo, br = tile3(geo)
     k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](W, S, B, XF, SXT, y, np.int32(R))
     return y
@@ -1180,6 +1205,7 @@ def _specs():
                 specs.append((f, _G3.format(s=sty)))
                 hot.add(f.__name__)
     specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), xlo=False), _G3.format(s="uint16")))  # opt-in
+    specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), dq=True), _G3.format(s="uint16")))  # opt-in
     for bits in _BITS3:
         for f in (get_xprep_pyfunc(bits), get_xprep2_pyfunc(bits)):
             specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))

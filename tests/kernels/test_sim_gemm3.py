@@ -228,3 +228,27 @@ def test_hi_only_x(bits, group, monkeypatch):
     assert not np.array_equal(y, full)
     exact, _ = _ref(x, P, S, B, bits, group)
     assert (np.abs(y - exact) <= 2.0 ** -7 * bound).all()
+
+
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 128)])
+def test_bf16_dequantized_weights(bits, group, monkeypatch):
+    """``TENSORFOLD_GEMM_DQ=1`` (``gemm.DQ``): weights dequantized to bf16 in the registers (one rounding of
+    ``s q + b``) and met by the bf16 high part of x, the accumulators carried over the whole K. Oracle: float64
+    ``hi(x) @ bf16(W).T`` with ``W`` from ``ops.affine_dequant`` and ``bf16`` the rounding ``bf16.from_f32``
+    specifies; bound 1e-5 * (|x| @ |W|) (fp32 accumulation). It must differ from the default kernel and stay within
+    2^-6 relative of the exact product. Scales other than bf16 keep the default kernel."""
+    out, K, R = 16, 256, 5
+    P, S, B = _rand_q(out, K, bits, group)
+    x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+    full = _run(P, S, B, x, bits, group)
+    monkeypatch.setattr(G, "DQ", True)
+    y = _run(P, S, B, x, bits, group)
+    W = ops.affine_dequant(P, S, B, bits, group)
+    Wq = bf16.to_f32(bf16.from_f32(W)).astype(np.float64)
+    hi = bf16.to_f32(bf16.from_f32(x)).astype(np.float64)
+    bound = np.abs(x.astype(np.float64)) @ np.abs(W.astype(np.float64)).T
+    _check(y, hi @ Wq.T, bound)
+    assert not np.array_equal(y, full)
+    exact, _ = _ref(x, P, S, B, bits, group)
+    assert (np.abs(y - exact) <= 2.0 ** -6 * bound).all()
+    assert np.array_equal(_run(P, S, B, x[:2], bits, group).view(np.uint32), y[:2].view(np.uint32))  # rows alone
