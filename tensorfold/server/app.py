@@ -320,7 +320,8 @@ class Server:
         The engine's StepOutput.text (its detokenizer applies the stop strings) is used when it has one;
         otherwise the text is decoded and stop strings are matched here."""
         tok = self.tokenizer
-        stop_ids = set(getattr(tok, "stop_ids", ()) or ())
+        # the stop ids and the special tokens stay out of the text, as the engine's detokenizer does (skip_special)
+        stop_ids = set(getattr(tok, "stop_ids", ()) or ()) | set(getattr(tok, "special_ids", ()) or ())
         text = P.TextStream(tok.decode, skip_ids=stop_ids)
         stops = P.StopMatcher(req.stop)
         ids: list[int] = []
