@@ -18,18 +18,18 @@ import io
 import sys
 
 
-def _rows(path: str, skip: int = 0):
+def _lines(path: str) -> list[str]:
     op = gzip.open if path.endswith(".gz") else open
     with op(path, "rt") as f:
-        lines = [ln for ln in f.read().splitlines()[skip:]]
+        return f.read().splitlines()
+
+
+def _csv(lines: list[str]) -> list[list[str]]:
     return list(csv.reader(io.StringIO("\n".join(lines))))
 
 
 def stalls(path: str) -> None:
-    op = gzip.open if path.endswith(".gz") else open
-    with op(path, "rt") as f:
-        lines = [ln for ln in f if ln.startswith('"')]
-    rows = list(csv.reader(io.StringIO("".join(lines))))
+    rows = _csv([ln for ln in _lines(path) if ln.startswith('"')])  # ncu's own lines start otherwise
     hdr = rows[0]
     kn = hdr.index("Kernel Name")
     st = [i for i, h in enumerate(hdr) if "issue_stalled" in h]
@@ -55,7 +55,7 @@ def stalls(path: str) -> None:
 
 
 def sass(path: str, top: int = 25) -> None:
-    rows = _rows(path, skip=1)
+    rows = _csv(_lines(path)[1:])  # the first line names the kernel
     hdr, data = rows[0], rows[1:]
     ci = {h: i for i, h in enumerate(hdr)}
     keys = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]

@@ -3,8 +3,8 @@
 from their packing (bf16 scales and biases).
 
 Owns ``plan`` / ``launch`` (reached through ``affine.plan_qgemv`` / ``affine.launch_qgemv``, which give this kernel
-the weights of at least ``affine.V3_MIN_CODES`` = 2^25 codes), the generated kernels (``get_pyfunc`` / ``get_kernel``) and
-``counters`` (the per-device arrival counters of the in-kernel split-K sum).
+the weights of at least ``affine.V3_MIN_CODES`` = 2^25 codes), the generated kernels (``get_pyfunc`` /
+``get_kernel``) and ``counters`` (the per-device arrival counters of the in-kernel split-K sum).
 
 Reference mirrored: ``tensorfold.reference.ops.linear`` with ``affine_dequant`` (fp32 ``scale * q + bias``).
 
@@ -865,7 +865,6 @@ class V3Plan:
     @property
     def tpb(self) -> int:
         return 32 * max(self.nw, self.nwp)
-
 
     @property
     def workspace_shape(self):
