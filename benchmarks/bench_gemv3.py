@@ -6,7 +6,7 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,stages,pb,occ1,l2]`` (``qgemv.plan``'s knobs; the tile-layout column of session
+A config is ``nw,mt,u,depth,blocks[,stages,pb,occ1]`` (``qgemv.plan``'s knobs; the tile-layout column of session
 11's calls, measured at b44290d and not adopted, is gone). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
 at one K, whose line gives a kernel's fixed cost and its streaming rate). Writes ``gemv3_<commit>.json`` and prints
 a table.
@@ -114,10 +114,10 @@ def main(argv=None):
                                              A.plan_tc(out, inp, bits, group))]
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                stages, pb, occ1, l2 = (list(c[5:9]) + [0, 0, 0, 0])[:4]
+                stages, pb, occ1 = (list(c[5:8]) + [0, 0, 0])[:3]
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
-                                     stages=stages, pb=pb, occ1=occ1, l2=l2)))
+                                     stages=stages, pb=pb, occ1=occ1)))
             for name, p in plans:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 

@@ -147,23 +147,6 @@ if not IS_SIM:
 
         return sig, codegen
 
-    @_intrinsic
-    def pf_l2(typingctx, arr, off):
-        """A hint: bring the 128-byte line holding ``arr.flat[off]`` into L2 (``prefetch.global.L2``); no register
-        waits on it, so a warp can have many lines on their way beside its register ring."""
-        if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
-            return None
-        sig = _types.void(arr, off)
-
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
-            asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [p.type]), "prefetch.global.L2 [$0];", "l",
-                                side_effect=True)
-            builder.call(asm, [p])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
 else:
 
     def _flat(arr):
@@ -197,10 +180,6 @@ else:
     @cuda.jit(device=True)
     def ld_cg_f32(arr, off):
         return arr.reshape(-1)[off]
-
-    @cuda.jit(device=True)
-    def pf_l2(arr, off):
-        _flat(arr)[off]  # a hint on the GPU; here only the bounds are checked
 
 
 if not IS_SIM:
@@ -364,7 +343,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, l2: int = 0) -> str:
+                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -390,13 +369,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     help with the x preparation. ``kp`` > 1 (prefetch form only): the block's tile warps are ``nw / kp`` tile slots
     times ``kp`` parts of the chunk; each warp sums its part's groups in order, and the part-0 warp of a slot adds
     the ``kp`` part sums in part order (through shared memory) before the tile goes out, so a tile's arithmetic is
-    a function of the plan only.
-
-    ``l2`` > 0 (the register ring only): when a warp starts tile ``jt`` it asks L2 for every line of tile
-    ``jt + l2`` (weights, scales, biases; ``prefetch.global.L2``, no register held), and before ``pdl_wait`` for
-    tiles ``0 .. l2 - 1``. ncu (session 15) had the loop waiting on its own loads with 2 KB a warp in flight; the
-    hints put another ``l2`` tiles a warp on their way, so the ring's loads meet L2 instead of DRAM. Hints only:
-    the same arithmetic, hence the same bits."""
+    a function of the plan only."""
     nwp = max(nwp, nw)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
@@ -547,28 +520,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     names += [f"s{h}{m}_{k}" for k in range(swords)] + [f"b{h}{m}_{k}" for k in range(swords)]
         return names
 
-    def l2_hints(ind, jexpr):
-        """prefetch.global.L2 of every 128-byte line of tile ``jexpr`` (rows clamped): the weight lines, then the
-        scale and bias lines, spread over the lanes"""
-        cw = cg * wpg  # words of a row's chunk
-        nl = -(-cw // 32)
-        a(f"{ind}obh = (wid + ({jexpr}) * nwt) * {TR}")
-        for i0 in range(0, TR * nl, 32):
-            a(f"{ind}ih = {i0} + lane")
-            a(f"{ind}if ih < {TR * nl}:")
-            a(f"{ind}    rh = min(obh + ih // {nl}, out - 1)")
-            a(f"{ind}    pf_l2(W, rh * wpitch + G1 * {wpg} + min((ih % {nl}) * 32, {cw - 1}))")
-        # a row's scales of the chunk: cg bf16 values (at most one line each for cg <= 64)
-        for i0 in range(0, 2 * TR, 32):
-            a(f"{ind}ih = {i0} + lane")
-            a(f"{ind}if ih < {2 * TR}:")
-            a(f"{ind}    rh = min(obh + ih % {TR}, out - 1)")
-            a(f"{ind}    if ih < {TR}:")
-            a(f"{ind}        pf_l2(S, rh * spitch + G1)")
-            a(f"{ind}    else:")
-            a(f"{ind}        pf_l2(B, rh * spitch + G1)")
-
-    l2 = l2 if not (stages or pf) else 0
     assert depth <= nit
     bases("    ", "c", "0")
     if pf:
@@ -586,9 +537,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     else:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
-        for jh in range(l2):
-            a(f"    if {jh} < ntw:")
-            l2_hints("        ", str(jh))
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
     # tail under PDL (kernels._pdl); x, y, the workspace and the counters are touched only after it
     a("    pdl_wait()")
@@ -664,9 +612,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             a(f"{J}    cpa_wait{pf - 1 - jt}()")
     else:
         bases(J, "n", "min(jt + 1, ntw - 1)")
-        if l2:
-            a(f"{J}if jt + {l2} < ntw:")
-            l2_hints(J + "    ", f"jt + {l2}")
     JT = J
     its = list(range(nit))
     if pf:  # words come from shared memory at any offset: one loop body instead of nit unrolled copies
@@ -811,19 +756,17 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, l2=0):
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1):
     nwp = nwp if nwp > nw else 0
-    l2 = l2 if not (stages or pf) else 0
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, l2)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else "") + (f"_l{l2}" if l2 else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            l2))
+                + (f"_k{kp}" if kp > 1 else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
-               "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "pf_l2": pf_l2, "andor_m4": andor_m4, "andor_m2": andor_m2,
+               "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0),
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
@@ -833,14 +776,13 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, l2=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, l2)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp)
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, l2),
-                                   **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp), **kw)
     return _KCACHE[key]
 
 
@@ -871,7 +813,6 @@ class V3Plan:
     pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
-    l2: int = 0  # > 0: L2 hints for the tile l2 ahead of the one a warp starts (register ring only)
 
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
@@ -948,11 +889,11 @@ class V3Plan:
 
 # default tuning (the H200 comparison at 863b5bc / 12da6be, benchmarks/results/gemv3_2026-11-30_12da6be.md):
 # 4 warps, one 16-row tile, 4 groups an iteration, loads one iteration ahead, 396 blocks (3 a SM). Overridable for
-# benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,stages,pb,occ1,l2" (stages: the cp.async ring for 1-4 rows,
+# benchmarks: TENSORFOLD_GEMV3="nw,mt,u,depth,blocks,stages,pb,occ1" (stages: the cp.async ring for 1-4 rows,
 # 0 = off; pb: the x-preparation batch; both slower at every shape on the H200 in session 11, see
 # benchmarks/results/session11_2026-11-30.md; occ1: blocks an SM for one-n-tile launches with registers capped to
 # fit, slower end to end: 27B one stream 85.8 vs 100.4 tok/s, session12_2026-11-30.md)
-_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0, l2=0)
+_DEF = dict(nw=4, mt=1, u=4, depth=1, blocks=396, stages=0, pb=0, occ1=0)
 SMS = 132  # the H200's SMs: the default 396 blocks are 3 an SM
 SMEM_MAX = 227 * 1024 - 1024  # shared bytes a block may use on sm_90 (opt-in), less a margin
 _SMEM: list = []
@@ -976,13 +917,13 @@ def _tuning():
     v = os.environ.get("TENSORFOLD_GEMV3", "")
     d = dict(_DEF)
     if v:
-        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb", "occ1", "l2"],
+        d.update(dict(zip(["nw", "mt", "u", "depth", "blocks", "stages", "pb", "occ1"],
                           [int(p) for p in v.split(",")])))
     return d
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None, stages=None, pb=None, occ1=None, l2=None) -> V3Plan:
+         cg=None, stages=None, pb=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -994,7 +935,6 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     stages = tu["stages"] if stages is None else stages
     pb = tu["pb"] if pb is None else pb
     occ1 = tu["occ1"] if occ1 is None else occ1
-    l2 = tu["l2"] if l2 is None else l2
     ng = inp // group
     while u > 1 and ng % u:
         u //= 2
@@ -1009,7 +949,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1, l2=l2)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
 
 
 def pf_tuning() -> dict | None:
@@ -1144,8 +1084,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
             continue
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       l2=p.l2)
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
     return y
 

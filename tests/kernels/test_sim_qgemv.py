@@ -154,27 +154,6 @@ def test_groups_an_iteration_and_depth_do_not_change_bits():
         assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32))
 
 
-@pytest.mark.parametrize("bits,group,l2", [(4, 64, 1), (4, 64, 2), (8, 32, 1), (2, 128, 2)])
-def test_l2_hints_do_not_change_bits(bits, group, l2):
-    """The L2 hints (every line of the tile ``l2`` ahead) are no arithmetic: the same bits as without them, at one
-    and two n-tiles, two chunks, with a partial last tile; the simulator's twin reads each hinted offset, so a hint
-    past the arrays fails here."""
-    out, K = 72, 512
-    P, S, B = _case(bits, group, out, K)
-    x = (rng.standard_normal((6, K)) * 3).astype(np.float32)
-    cg = K // group // 2
-    u = 4 if cg % 4 == 0 else 2
-    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=2)
-    hint = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=2, l2=l2)
-    for R in (1, 6):
-        y0 = _go(P, S, B, x[:R], base)
-        _check(y0, *_ref(x[:R], P, S, B, bits, group))
-        y1 = _go(P, S, B, x[:R], hint)
-        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"{R} rows"
-    assert "pf_l2(W" in Q._gen_source("k", bits, group, 1, 2, 1, cg, u, 1, l2=l2)
-    assert "pf_l2" not in Q._gen_source("k", bits, group, 1, 2, 1, cg, u, 1)
-
-
 def test_occupancy_knob_is_launch_geometry_only():
     """occ1 changes only how many blocks share a chunk in one-n-tile launches (and the register cap on the GPU):
     the chunking, hence every bit, stays; two-n-tile launches keep the plan's blocks."""
