@@ -766,9 +766,13 @@ XPREP = os.environ.get("TENSORFOLD_XPREP", "2").strip() or "2"
 # from step rows by more than fp32 rounding; the runtime's prompt-vs-step KL test passes with it (session 15). 2B
 # prompts of 512 / 4,096 / 16,384 tokens: +9.3 / 7.2 / 4.6 %; off by default to keep fp32-class x in prompts.
 XLO = os.environ.get("TENSORFOLD_GEMM_XLO", "1").strip() != "0"
-# TENSORFOLD_GEMM_DQ=1 (opt-in, session 15, not yet measured on a GPU): bf16 scales' weights dequantized to bf16 in
-# the registers and met by x's bf16 high part (``_gen_source3``'s ``dq``); other scale dtypes keep the default
-DQ = os.environ.get("TENSORFOLD_GEMM_DQ", "0").strip() == "1"
+# The prompt GEMM's default since session 16 (TENSORFOLD_GEMM_DQ=0 turns it off): bf16 scales' weights dequantized to
+# bf16 in the registers (one rounding of s q + b, as MLX's own bf16 dequantization) and met by x's bf16 high part
+# (``_gen_source3``'s ``dq``): bf16 x bf16 products with fp32 accumulation, what a bf16 engine computes. Other scale
+# dtypes keep the hi + lo kernel. H200, 2B prompts of 512 / 4,096 / 16,384 tokens: 17,990 / 16,660 / 11,122 tok/s
+# off, 20,240 / 18,637 / 11,990 on (+12.5 / 11.9 / 7.8 %); the runtime's prompt-vs-step KL test passes with it
+# (benchmarks/results/session16_2026-12-01.md). Decode steps never use this kernel.
+DQ = os.environ.get("TENSORFOLD_GEMM_DQ", "1").strip() != "0"
 RPAD = 64  # XF / SXT rows are padded to a multiple of this (every row tile BR divides it: no clamps in the kernel)
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
 
@@ -885,7 +889,7 @@ def _gen_xprep2(name: str, bits: int) -> str:
 
 
 def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True, dq: bool = False) -> str:
-    """``dq`` (opt-in ``TENSORFOLD_GEMM_DQ=1``; bf16 scales): each code pair is dequantized to bf16 in the registers,
+    """``dq`` (the default for bf16 scales, ``gemm.DQ``; ``TENSORFOLD_GEMM_DQ=0`` turns it off): each code pair is dequantized to bf16 in the registers,
     ``fma.rn.bf16x2(q, s, b)`` (one rounding of ``s q + b``, as MLX's bf16 dequantization), and meets x's bf16 high
     part only, so a k-step is one mma, the accumulators run over the whole K, and there is no per-group epilogue.
     ptxas (sm_90, 4-bit g64, default geometry): a 290-instruction main loop instead of 415, 124 registers instead

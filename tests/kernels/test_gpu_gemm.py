@@ -30,6 +30,15 @@ SHAPES = {  # model: (hidden, intermediate)
 TOL = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def _hi_lo_kernel(monkeypatch):
+    """The tests below state the hi + lo kernel's bound (1e-5); the bf16-dequantized default (``gemm.DQ``) is
+    checked by ``test_dq_real_shapes`` against its own oracle."""
+    from tensorfold.kernels import gemm as G
+
+    monkeypatch.setattr(G, "DQ", False)
+
+
 def _cuda():
     from numba import cuda
 
@@ -175,3 +184,40 @@ def test_xprep_layout_real_shape():
             sums.append(SXT.copy_to_host())
             assert (np.abs(sums[-1] - esx) <= 1e-6 * eabs).all(), f"xprep{version} {bits}-bit sums"
         assert np.array_equal(sums[0].view(np.uint32), sums[1].view(np.uint32))
+
+
+@pytest.mark.parametrize("model,which", [(m, w) for m in SHAPES for w in ("gate_up", "down")])
+def test_dq_real_shapes(model, which, monkeypatch):
+    """The prompt GEMM's default for bf16 scales (``gemm.DQ``: weights dequantized to bf16 in the registers, one
+    rounding of ``s q + b``, met by x's bf16 high part, fp32 accumulation) at the real 2B / 9B / 27B projection
+    shapes, 4-bit g64, 512 rows. Oracle: float64 ``hi(x) @ bf16(W).T`` with ``hi`` / ``bf16`` the roundings
+    ``bf16.from_f32`` specifies (a weight the kernel rounds once and the oracle twice, through fp32, differs by at most
+    one bf16 ulp: inside the bound); bound 1e-5 * (|x| @ |W|) elementwise. It must differ from the hi + lo kernel and
+    stay within 2^-6 relative of the exact product; single rows (0, 333, 511) equal the 512-row launch bit for bit."""
+    cuda = _cuda()
+    from tensorfold.kernels import gemm as G
+    from tensorfold.model import bf16
+
+    H, I = SHAPES[model]
+    out, inp = (I, H) if which == "gate_up" else (H, I)
+    bits, group, R = 4, 64, 512
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((R, inp)).astype(np.float32)
+    dP, dS, dB, dx = (cuda.to_device(a) for a in (P, S, B, x))
+    full = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3")
+    monkeypatch.setattr(G, "DQ", True)
+    y = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3")
+    assert not np.isnan(y).any()
+    assert not np.array_equal(y, full)
+    W = _dequant(P, S, B, bits, group)
+    Wq = bf16.to_f32(bf16.from_f32(W)).astype(np.float64)
+    hi = bf16.to_f32(bf16.from_f32(x)).astype(np.float64)
+    bound = np.abs(x.astype(np.float64)) @ np.abs(W.astype(np.float64)).T
+    err = np.abs(y - hi @ Wq.T)
+    print(f"dq {model} {which} {out}x{inp}: max err/bound {(err / bound).max():.2e}")
+    assert (err <= TOL * bound).all()
+    exact = x.astype(np.float64) @ W.astype(np.float64).T
+    assert (np.abs(y - exact) <= 2.0 ** -6 * bound).all()
+    for r in (0, 333, 511):
+        y1 = _launch(cuda, dP, dS, dB, dx[r:r + 1], 1, out, bits, group, "v3")
+        assert np.array_equal(y1[0].view(np.uint32), y[r].view(np.uint32)), f"row {r}: R=1 != R={R}"

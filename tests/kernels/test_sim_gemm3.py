@@ -22,6 +22,12 @@ rng = np.random.default_rng()
 SMALL = (1, 1, 1, 1, 2)  # 1 warp: 16 outputs x 8 rows per block, 2 stages
 
 
+@pytest.fixture(autouse=True)
+def _hi_lo_kernel(monkeypatch):
+    """These tests state the hi + lo kernel's bounds; the bf16-dequantized default (``gemm.DQ``) has its own test."""
+    monkeypatch.setattr(G, "DQ", False)
+
+
 def _run(P, S, B, x, bits, group, geo=SMALL, R=None, ws=None, impl="v3"):
     R = x.shape[0] if R is None else R
     y = np.full((R, P.shape[0]), np.nan, np.float32)
@@ -232,7 +238,7 @@ def test_hi_only_x(bits, group, monkeypatch):
 
 @pytest.mark.parametrize("bits,group", [(4, 64), (8, 128)])
 def test_bf16_dequantized_weights(bits, group, monkeypatch):
-    """``TENSORFOLD_GEMM_DQ=1`` (``gemm.DQ``): weights dequantized to bf16 in the registers (one rounding of
+    """``gemm.DQ`` (the default; ``TENSORFOLD_GEMM_DQ=0`` turns it off): weights dequantized to bf16 in the registers (one rounding of
     ``s q + b``) and met by the bf16 high part of x, the accumulators carried over the whole K. Oracle: float64
     ``hi(x) @ bf16(W).T`` with ``W`` from ``ops.affine_dequant`` and ``bf16`` the rounding ``bf16.from_f32``
     specifies; bound 1e-5 * (|x| @ |W|) (fp32 accumulation). It must differ from the default kernel and stay within
