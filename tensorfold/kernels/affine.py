@@ -974,6 +974,14 @@ TC_VARIANTS = {
 # -> "sk" (27B gate 38.1 / 44.6 vs default 52.6 / 56.5; 2B head 169 / 196 vs 175 / 190); smaller ones -> "pipe"
 # (9B gate 21.7 / 24.8 vs 24.1 / 27.4; 9B down 25.6 / 28.4 vs 24.4 / 26.4). A function of the shape only.
 SK_MIN_CODES = 1 << 26
+# Second shape rule (session 16, benchmarks/results/session16_2026-12-01.md; bench_gemv3 --variants, graph replay,
+# us at 1 / 8 rows, pipe -> w16): weights with at most 2,048 output rows or at least 6,144 inputs -> "w16" (one
+# 16-row tile a block, up to 16 warps splitting K, no second launch). 2B down 2048x6144 11.9 / 12.3 (plus its 1.8 us
+# reduce launch) -> 8.4 / 9.4; 2B out_proj / o_proj 2048x2048 6.8 / 7.0 -> 4.9 / 5.4; 27B out_proj / o_proj
+# 5120x6144 25.5 / 27.4 -> 21.0 / 25.0. "pipe" stays ahead at 2B gate+up 12288x2048 (12.7 vs 21.9), 2B in_all
+# 8224x2048 (10.5 vs 15.1) and 9B out_proj / o_proj 4096x4096 (11.3 vs 12.2).
+W16_MAX_OUT = 2048
+W16_MIN_IN = 6144
 
 
 def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
@@ -986,6 +994,8 @@ def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
         return "pipe"
     if out is not None and inp is not None and out * inp >= SK_MIN_CODES:
         return "sk"
+    if out is not None and inp is not None and (out <= W16_MAX_OUT or inp >= W16_MIN_IN):
+        return "w16"
     return "pipe"
 
 

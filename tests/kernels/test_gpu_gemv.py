@@ -73,6 +73,8 @@ class _Dev:
 SHAPES = [  # (label, out, in, rows of the big launch): 2B down, 9B down, 27B gate (the default plan; the
     # 9B gate, 27B down and 2B head run for every variant below)
     ("2B down", 2048, 6144, 8), ("9B down", 4096, 12288, 16), ("27B gate", 17408, 5120, 8),
+    # the first kernel's w16 shape rule (session 16): 2B out_proj / o_proj, 27B out_proj / o_proj
+    ("2B out_proj", 2048, 2048, 16), ("27B out_proj", 5120, 6144, 16),
 ]
 
 

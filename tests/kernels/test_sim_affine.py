@@ -80,8 +80,8 @@ def test_splitk_and_scale_dtypes():
 
 def test_plan_ignores_rows_and_splits_tall_skinny(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "0")  # the first tensor-core kernel's rule (qgemv takes 12288 x 4096)
-    p = A.plan_qgemv(2048, 12288, 4, 64)
-    assert p.ks > 1 and p.tpb % 32 == 0
+    p = A.plan_qgemv(2048, 12288, 4, 64)  # K spread over many warps: inside a block (w16) or across blocks
+    assert p.ks * (p.tpb // 32) >= 8 and p.tpb % 32 == 0
     assert A.plan_qgemv(12288, 4096, 4, 64).ks == 1
 
 
@@ -163,7 +163,8 @@ def test_tc_supported_formats_and_plan(monkeypatch):
     assert [(b, g) for b in (2, 3, 4, 5, 6, 8) for g in (32, 64, 128) if A._tc_supported(b, g, 4096)] == TC_FORMATS
     for out, K in ((12288, 4096), (4096, 12288), (2048, 12288), (248320, 2048), (5120, 17408)):
         p = A.plan_qgemv(out, K, 4, 64)
-        assert p.tc and p.tpb % 32 == 0 and 32 <= p.tpb <= 256 and p.ks >= 1
+        assert p.tc and p.tpb % 32 == 0 and 32 <= p.tpb <= 512 and p.ks >= 1
+        assert p.tpb <= 256 or p.mt == 1  # 512 threads only with one 16-row tile a warp (the register budget)
         assert (K // 64) // (p.tpb // 32 * p.ks) >= p.u  # every warp has at least one full iteration
     assert not A.plan_qgemv(4096, 4096, 6, 64).tc and not A.plan_qgemv(4096, 4096, 2, 32).tc
 
@@ -262,6 +263,10 @@ def test_tc_variant_plans_and_env(monkeypatch):
     assert A.plan_qgemv(12288, 4096, 4, 64).variant == "pipe"  # the shape rule: small weights -> pipe
     assert A.plan_qgemv(17408, 5120, 4, 64).variant == "sk"  # >= 2^26 codes -> split-K variant
     assert A.plan_qgemv(248320, 2048, 4, 64).variant == "sk"
+    for out, K in ((2048, 6144), (2048, 2048), (5120, 6144)):  # <= 2,048 rows or >= 6,144 inputs -> w16
+        assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="w16")
+    for out, K in ((8224, 2048), (4096, 4096), (5120, 2048)):
+        assert A.plan_qgemv(out, K, 4, 64).variant == "pipe"
     monkeypatch.setenv("TENSORFOLD_GEMV_PIPE", "1")
     assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant="pipe")
     for v in NEW_VARIANTS:
