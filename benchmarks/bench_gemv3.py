@@ -81,6 +81,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default="", help="comma list of indices into SHAPES (default all)")
     ap.add_argument("--no-old", action="store_true")
     ap.add_argument("--variants", default="", help="comma list of affine.TC_VARIANTS to time as well (first kernel)")
+    ap.add_argument("--tcplans", default="", help='first-kernel plans with overrides, "variant:mt=1,u=2;..."')
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
@@ -114,6 +115,10 @@ def main(argv=None):
             plans = [] if args.no_old else [("old " + A.plan_tc(out, inp, bits, group).variant,
                                              A.plan_tc(out, inp, bits, group))]
             plans += [(f"old {v}", A.plan_tc(out, inp, bits, group, variant=v)) for v in args.variants.split(",") if v]
+            for spec in [t for t in args.tcplans.split(";") if t]:
+                v, _, kv = spec.partition(":")
+                kw = {k: int(val) for k, val in (e.split("=") for e in kv.split(",") if e)}
+                plans.append((f"old {spec}", A.plan_tc(out, inp, bits, group, variant=v, **kw)))
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
                 stages, pb, occ1 = (list(c[5:8]) + [0, 0, 0])[:3]
