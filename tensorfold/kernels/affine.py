@@ -966,6 +966,8 @@ TC_VARIANTS = {
     "sk": dict(mt=2, u=2, pipe=True, depth=1, max_nw=4, nw_rule="groups", max_warps=8448, ks_blocks=1056),
     # 8 warps x split-K across blocks, one tile, one group an iteration, 2 groups ahead
     "skd2": dict(mt=1, u=1, pipe=True, depth=2, max_nw=8, nw_rule="groups", max_warps=16896, ks_blocks=1056),
+    # "pipe" with 2 groups an iteration (session 16: the 2B gate+up and in_all, K = 2,048)
+    "pipe2": dict(mt=2, u=2, pipe=True, depth=1, max_nw=8, nw_rule="resident", ks_blocks=264),
 }
 
 
@@ -982,6 +984,9 @@ SK_MIN_CODES = 1 << 26
 # 8224x2048 (10.5 vs 15.1) and 9B out_proj / o_proj 4096x4096 (11.3 vs 12.2).
 W16_MAX_OUT = 2048
 W16_MIN_IN = 6144
+# Third (session 16, bench_gemv3 --tcplans): the rest with at most 2,048 inputs -> "pipe2" (2 groups an iteration):
+# 2B gate+up 12288x2048 12.8 / 14.0 -> 11.6 / 13.1 us at 1 / 8 rows, 2B in_all 8224x2048 10.5 / 11.3 -> 9.9 / 10.3.
+PIPE2_MAX_IN = 2048
 
 
 def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
@@ -996,6 +1001,8 @@ def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
         return "sk"
     if out is not None and inp is not None and (out <= W16_MAX_OUT or inp >= W16_MIN_IN):
         return "w16"
+    if inp is not None and inp <= PIPE2_MAX_IN:
+        return "pipe2"
     return "pipe"
 
 
@@ -1069,7 +1076,7 @@ def _v3_enabled(out: int, inp: int) -> bool:
     v = _v3_mode()
     if v == "0":
         return False
-    return v == "1" or out * inp >= v3_min_codes()
+    return v == "1" or out * inp >= v3_min_codes() or (out * inp >= V3_MID_CODES and inp >= V3_MID_IN)
 
 
 def _v3_mode() -> str:
@@ -1077,6 +1084,10 @@ def _v3_mode() -> str:
 
 
 V3_MIN_CODES = 1 << 25
+# and weights of >= 2^24 codes with >= 6,144 inputs (session 16, bench_gemv3: 27B out_proj / o_proj 5120x6144, 64
+# launches a 27B step, 16.0 / 25.2 us at 1 / 8 rows on qgemv against 21.1 / 25.1 on the first kernel's w16)
+V3_MID_CODES = 1 << 24
+V3_MID_IN = 6144
 
 
 def v3_min_codes() -> int:
@@ -1317,7 +1328,7 @@ def _specs():
     # the real shapes (9B / 27B MLP, 2B head), one n-tile at the fewest (hot). The 16-warp kernels assemble to
     # 80-106 registers (<= 128, the limit for 512-thread blocks; the GPU build also sets launch_bounds)
     real = ((12288, 4096), (4096, 12288), (17408, 5120), (5120, 17408), (248320, 2048))
-    for vname in ("w16", "w16d2", "w16d3", "sk", "skd2"):
+    for vname in ("w16", "w16d2", "w16d3", "sk", "skd2", "pipe2"):
         ps = [plan_tc(out, inp, 4, 64, variant=vname) for out, inp in real]
         lo, hi = min(p.tpb for p in ps), max(p.tpb for p in ps)
         p = ps[0]

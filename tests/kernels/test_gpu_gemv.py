@@ -73,8 +73,8 @@ class _Dev:
 SHAPES = [  # (label, out, in, rows of the big launch): 2B down, 9B down, 27B gate (the default plan; the
     # 9B gate, 27B down and 2B head run for every variant below)
     ("2B down", 2048, 6144, 8), ("9B down", 4096, 12288, 16), ("27B gate", 17408, 5120, 8),
-    # the first kernel's w16 shape rule (session 16): 2B out_proj / o_proj, 27B out_proj / o_proj
-    ("2B out_proj", 2048, 2048, 16), ("27B out_proj", 5120, 6144, 16),
+    # session 16's shape rules: 2B out_proj / o_proj (w16), 2B gate+up (pipe2), 27B out_proj / o_proj (qgemv)
+    ("2B out_proj", 2048, 2048, 16), ("2B gate", 12288, 2048, 16), ("27B out_proj", 5120, 6144, 16),
 ]
 
 
@@ -85,7 +85,7 @@ def test_qgemv_4bit_g64_real_shapes_rows_1_2_8_16(label, out, inp, rows):
     dev = _Dev(cuda, P, S, B, 4, 64)
     from tensorfold.kernels import qgemv as Q
 
-    # tensor cores either way: the first kernel, or qgemv for weights of >= affine.V3_MIN_CODES codes (27B gate)
+    # tensor cores either way: the first kernel, or qgemv (affine._v3_enabled: 27B gate, 27B out_proj)
     assert isinstance(dev.plan, Q.V3Plan) or dev.plan.tc, dev.plan
     x = rng.standard_normal((rows, inp)).astype(np.float32)
     yr = dev(x)

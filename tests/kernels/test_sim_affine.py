@@ -234,7 +234,7 @@ def test_tc_pipelined_form(bits, group):
 
 # ------------------------------------------------------------------------- latency variants (TC_VARIANTS)
 
-NEW_VARIANTS = ["w16", "w16d2", "w16d3", "sk", "skd2"]
+NEW_VARIANTS = ["w16", "w16d2", "w16d3", "sk", "skd2", "pipe2"]
 # simulated kernels: only the variants some shape uses by default (the others run in the GPU tier's variant test
 # at real shapes; the simulator tier keeps its minutes for the defaults)
 SIM_VARIANTS = ["sk"]
@@ -265,8 +265,9 @@ def test_tc_variant_plans_and_env(monkeypatch):
     assert A.plan_qgemv(248320, 2048, 4, 64).variant == "sk"
     for out, K in ((2048, 6144), (2048, 2048), (5120, 6144)):  # <= 2,048 rows or >= 6,144 inputs -> w16
         assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="w16")
-    for out, K in ((8224, 2048), (4096, 4096), (5120, 2048)):
-        assert A.plan_qgemv(out, K, 4, 64).variant == "pipe"
+    for out, K in ((8224, 2048), (12288, 2048), (5120, 2048)):  # the rest with K <= 2,048 -> pipe2
+        assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="pipe2")
+    assert A.plan_qgemv(4096, 4096, 4, 64).variant == "pipe"
     monkeypatch.setenv("TENSORFOLD_GEMV_PIPE", "1")
     assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant="pipe")
     for v in NEW_VARIANTS:
