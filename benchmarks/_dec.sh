@@ -1,4 +1,5 @@
-# Sourced by the one-GPU device scripts (gpu_s14a.sh, gpu_s14c.sh): `dec NAME GEOMETRY [bench_decode args...]` runs
+# Sourced by the one-GPU device scripts (gpu_s17a.sh; the earlier ones now under results/raw/session*/scripts):
+# `dec NAME GEOMETRY [bench_decode args...]` runs
 # bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into $R/decode_NAME.{md,txt} and prints its figures.
 export TENSORFOLD_CACHE_DIR=${TENSORFOLD_CACHE_DIR:-/tmp/tfkc}
 dec() {

@@ -1,4 +1,5 @@
-"""Summaries of the Nsight Compute output of ``benchmarks/gpu_s15b.sh`` (run here, on its returned files).
+"""Summaries of the Nsight Compute output of ``benchmarks/results/raw/session15/scripts/gpu_s15b.sh`` (run here, on
+its returned files).
 
     python benchmarks/ncu_report.py stalls STALLS.csv          # per kernel: time, DRAM bytes, issue, top stalls
     python benchmarks/ncu_report.py sass SASS.csv[.gz] [N]     # per-instruction stall samples: totals, by
