@@ -237,7 +237,7 @@ def test_tc_pipelined_form(bits, group):
 NEW_VARIANTS = ["w16", "w16d2", "w16d3", "sk", "skd2", "pipe2"]
 # simulated kernels: only the variants some shape uses by default (the others run in the GPU tier's variant test
 # at real shapes; the simulator tier keeps its minutes for the defaults)
-SIM_VARIANTS = ["sk"]
+SIM_VARIANTS = ["sk", "w16", "pipe2"]
 
 
 def test_tc_variant_plans_and_env(monkeypatch):
