@@ -976,12 +976,12 @@ TC_VARIANTS = {
 # -> "sk" (27B gate 38.1 / 44.6 vs default 52.6 / 56.5; 2B head 169 / 196 vs 175 / 190); smaller ones -> "pipe"
 # (9B gate 21.7 / 24.8 vs 24.1 / 27.4; 9B down 25.6 / 28.4 vs 24.4 / 26.4). A function of the shape only.
 SK_MIN_CODES = 1 << 26
-# Second shape rule (session 16, benchmarks/results/session16_2026-12-01.md; bench_gemv3 --variants, graph replay,
-# us at 1 / 8 rows, pipe -> w16): weights with at most 2,048 output rows or at least 6,144 inputs -> "w16" (one
-# 16-row tile a block, up to 16 warps splitting K, no second launch). 2B down 2048x6144 11.9 / 12.3 (plus its 1.8 us
-# reduce launch) -> 8.4 / 9.4; 2B out_proj / o_proj 2048x2048 6.8 / 7.0 -> 4.9 / 5.4; 27B out_proj / o_proj
-# 5120x6144 25.5 / 27.4 -> 21.0 / 25.0. "pipe" stays ahead at 2B gate+up 12288x2048 (12.7 vs 21.9), 2B in_all
-# 8224x2048 (10.5 vs 15.1) and 9B out_proj / o_proj 4096x4096 (11.3 vs 12.2).
+# Second shape rule (session 16, benchmarks/results/session16_2026-12-01.md; bench_gemv3 --variants, graph replay, us
+# at 1 / 8 rows, pipe -> w16): weights with at most 2,048 output rows or at least 6,144 inputs -> "w16" (one 16-row
+# tile a block, up to 16 warps splitting K, no second launch). 2B down 2048x6144 11.9 / 12.3 (plus its 1.8 us reduce
+# launch) -> 8.4 / 9.4; 2B out_proj / o_proj 2048x2048 6.8 / 7.0 -> 4.9 / 5.4; 27B out_proj / o_proj 5120x6144 25.5 /
+# 27.4 -> 21.0 / 25.0 (that shape now goes to qgemv instead: ``_v3_enabled``). "pipe" stays ahead at 2B gate+up
+# 12288x2048 (12.7 vs 21.9), 2B in_all 8224x2048 (10.5 vs 15.1) and 9B out_proj / o_proj 4096x4096 (11.3 vs 12.2).
 W16_MAX_OUT = 2048
 W16_MIN_IN = 6144
 # Third (session 16, bench_gemv3 --tcplans): the rest with at most 2,048 inputs -> "pipe2" (2 groups an iteration):
@@ -1066,7 +1066,8 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
 def _v3_enabled(out: int, inp: int) -> bool:
     """Whether ``qgemv``'s persistent kernel takes this weight shape. ``TENSORFOLD_GEMV_V3``: ``auto`` (default)
     for weights of at least ``V3_MIN_CODES`` codes, ``1`` for every shape it supports, ``0`` never. A function of
-    the shape only (never of the row count): measured on the H200 at 12da6be (benchmarks/results/
+    the shape only (never of the row count), here also weights of >= ``V3_MID_CODES`` codes with >= ``V3_MID_IN``
+    inputs (the 27B out_proj / o_proj, session 16): measured on the H200 at 12da6be (benchmarks/results/
     gemv3_2026-11-30_12da6be.md), 1 row / 8 rows, 4-bit g64: 9B gate/up 29.2 / 50.5 us against 43.3 / 53.1, 27B
     down 30.7 / 61.2 against 45.5 / 52.7, 2B head 105 / 171 against 169 / 195; the 2B gate/up (12288 x 2048) 12.3
     / 21.4 against 12.4 / 13.5, so smaller weights keep the first kernel. Session 15 (ncu): the first kernel streams

@@ -764,7 +764,8 @@ XPREP = os.environ.get("TENSORFOLD_XPREP", "2").strip() or "2"
 # TENSORFOLD_GEMM_XLO=0 (opt-in): tc3gemm multiplies the codes by the bf16 high part of x only, one mma a k-step
 # instead of two (x as bf16 activations, about 2^-9 relative; the group sums keep the full x). Prompt rows then differ
 # from step rows by more than fp32 rounding; the runtime's prompt-vs-step KL test passes with it (session 15). 2B
-# prompts of 512 / 4,096 / 16,384 tokens: +9.3 / 7.2 / 4.6 %; off by default to keep fp32-class x in prompts.
+# prompts of 512 / 4,096 / 16,384 tokens: +9.3 / 7.2 / 4.6 %. With bf16 scales the dq kernel below (the default)
+# takes x's high part only anyway; this switch then matters only with TENSORFOLD_GEMM_DQ=0 or other scale dtypes.
 XLO = os.environ.get("TENSORFOLD_GEMM_XLO", "1").strip() != "0"
 # The prompt GEMM's default since session 16 (TENSORFOLD_GEMM_DQ=0 turns it off): bf16 scales' weights dequantized to
 # bf16 in the registers (one rounding of s q + b, as MLX's own bf16 dequantization) and met by x's bf16 high part
@@ -889,12 +890,12 @@ def _gen_xprep2(name: str, bits: int) -> str:
 
 
 def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True, dq: bool = False) -> str:
-    """``dq`` (the default for bf16 scales, ``gemm.DQ``; ``TENSORFOLD_GEMM_DQ=0`` turns it off): each code pair is dequantized to bf16 in the registers,
-    ``fma.rn.bf16x2(q, s, b)`` (one rounding of ``s q + b``, as MLX's bf16 dequantization), and meets x's bf16 high
-    part only, so a k-step is one mma, the accumulators run over the whole K, and there is no per-group epilogue.
-    ptxas (sm_90, 4-bit g64, default geometry): a 290-instruction main loop instead of 415, 124 registers instead
-    of 166 (four blocks an SM). Prompt rows then carry bf16-class weights and x (the runtime's prompt-vs-step KL
-    test bounds the effect)."""
+    """``dq`` (the default for bf16 scales, ``gemm.DQ``; ``TENSORFOLD_GEMM_DQ=0`` turns it off): each code pair is
+    dequantized to bf16 in the registers, ``fma.rn.bf16x2(q, s, b)`` (one rounding of ``s q + b``, as MLX's bf16
+    dequantization), and meets x's bf16 high part only, so a k-step is one mma, the accumulators run over the whole
+    K, and there is no per-group epilogue. ptxas (sm_90, 4-bit g64, default geometry): a 290-instruction main loop
+    instead of 415, 124 registers instead of 166 (four blocks an SM). Prompt rows then carry bf16-class weights and
+    x (the runtime's prompt-vs-step KL test bounds the effect)."""
     assert not dq or (sk == "bf16" and bits in (4, 8))
     if dq:
         xlo = False
