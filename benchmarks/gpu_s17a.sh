@@ -2,7 +2,7 @@
 # Prepared in session 16 for the next session's first device call (one GPU): what session 16 could not run.
 # - The runtime GPU tier at the final plans (pipe2 for K <= 2,048; qgemv for 5120 x 6144).
 # - 27B decode at 1 / 8 streams with them (estimated about 0.3 ms a step faster than call 5's 109.1 tok/s).
-# (9B decode and prompts with the bf16 prompt GEMM default: `dec 9b 9b` in a second call; it does not fit this one.)
+# (9B decode and prompts with the bf16 prompt GEMM default: gpu_s17b.sh, a second call; they do not fit this one.)
 # - The 9B out_proj / o_proj shape (4096 x 4096, 32 launches a step on "pipe") against first-kernel overrides.
 set -u
 OUT=${OUT:-/tmp/s17a}
