@@ -1,7 +1,17 @@
-# Sourced by the one-GPU device scripts (gpu_s17a.sh; the earlier ones now under results/raw/session*/scripts):
-# `dec NAME GEOMETRY [bench_decode args...]` runs
-# bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into $R/decode_NAME.{md,txt} and prints its figures.
+# Sourced by the one-GPU device scripts (gpu_s17a.sh, gpu_s17b.sh; earlier ones: results/raw/session*/scripts):
+# - `out_dir NAME`: results go to $R = ${OUT:-/tmp/NAME}/r; `pack` tars them into $OUT/NAME.tar.gz (the device
+#   returns only a few files, so a script packs after each step).
+# - `dec NAME GEOMETRY [bench_decode args...]` runs bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into
+#   $R/decode_NAME.{md,txt} and prints its figures.
+set -u
 export TENSORFOLD_CACHE_DIR=${TENSORFOLD_CACHE_DIR:-/tmp/tfkc}
+out_dir() {
+    OUT=${OUT:-/tmp/$1}
+    R=$OUT/r
+    PACK_NAME=$1
+    mkdir -p "$R"
+}
+pack() { tar -czf "$OUT/$PACK_NAME.tar.gz" -C "$OUT" r; }
 dec() {
     local n=$1 g=$2; shift 2
     timeout 240 python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8 --prompts 512 \

@@ -8,7 +8,8 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
 A config is ``nw,mt,u,depth,blocks[,stages,pb,occ1]`` (``qgemv.plan``'s knobs; the tile-layout column of session
 11's calls, measured at b44290d and not adopted, is gone). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
-at one K, whose line gives a kernel's fixed cost and its streaming rate). Writes ``gemv3_<commit>.json`` and prints
+at one K, whose line gives a kernel's fixed cost and its streaming rate). ``--tcplans "w16;pipe:u=2"`` times the
+first kernel's variants (``affine.TC_VARIANTS``), each with optional ``plan_tc`` overrides. Writes ``gemv3_<commit>.json`` and prints
 a table.
 """
 
@@ -80,8 +81,8 @@ def main(argv=None):
     ap.add_argument("--rows", default="1,8")
     ap.add_argument("--shapes", default="", help="comma list of indices into SHAPES (default all)")
     ap.add_argument("--no-old", action="store_true")
-    ap.add_argument("--variants", default="", help="comma list of affine.TC_VARIANTS to time as well (first kernel)")
-    ap.add_argument("--tcplans", default="", help='first-kernel plans with overrides, "variant:mt=1,u=2;..."')
+    ap.add_argument("--tcplans", default="", help='first-kernel plans (affine.TC_VARIANTS) to time as well, with '
+                    'optional overrides: "w16;pipe:mt=1,u=2;..."')
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
@@ -114,7 +115,6 @@ def main(argv=None):
             y = cuda.device_array((R, out), dtype="float32")
             plans = [] if args.no_old else [("old " + A.plan_tc(out, inp, bits, group).variant,
                                              A.plan_tc(out, inp, bits, group))]
-            plans += [(f"old {v}", A.plan_tc(out, inp, bits, group, variant=v)) for v in args.variants.split(",") if v]
             for spec in [t for t in args.tcplans.split(";") if t]:
                 v, _, kv = spec.partition(":")
                 kw = {k: int(val) for k, val in (e.split("=") for e in kv.split(",") if e)}

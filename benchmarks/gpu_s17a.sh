@@ -4,12 +4,8 @@
 # - 27B decode at 1 / 8 streams with them (estimated about 0.3 ms a step faster than call 5's 109.1 tok/s).
 # (9B decode and prompts with the bf16 prompt GEMM default: gpu_s17b.sh, a second call; they do not fit this one.)
 # - The 9B out_proj / o_proj shape (4096 x 4096, 32 launches a step on "pipe") against first-kernel overrides.
-set -u
-OUT=${OUT:-/tmp/s17a}
-R=$OUT/r
-mkdir -p "$R"
 . benchmarks/_dec.sh
-pack() { tar -czf "$OUT/s17a.tar.gz" -C "$OUT" r; }
+out_dir s17a
 timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short tests/runtime >"$R/rt_tests.txt" 2>&1
 echo "== runtime tests rc $?"; tail -n 2 "$R/rt_tests.txt"; pack
 timeout 60 python3 benchmarks/bench_gemv3.py --rows 1,8 --shapes - --custom "4096,4096" --configs ";" \

@@ -2,12 +2,8 @@
 # Prepared in session 16 for the next session's second device call (one GPU): 9B decode at 1 / 8 streams and 9B / 2B
 # prompts of 512 / 4,096 / 16,384 tokens with the bf16-dequantized prompt GEMM (the default since session 16; the
 # README's 9B prompt figures predate it).
-set -u
-OUT=${OUT:-/tmp/s17b}
-R=$OUT/r
-mkdir -p "$R"
 . benchmarks/_dec.sh
-pack() { tar -czf "$OUT/s17b.tar.gz" -C "$OUT" r; }
+out_dir s17b
 dec 9b 9b; pack
 for g in 9b 2b; do
     timeout 150 python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm --streams 1 --prompts 512,4096,16384 \

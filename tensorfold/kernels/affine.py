@@ -989,7 +989,7 @@ W16_MIN_IN = 6144
 PIPE2_MAX_IN = 2048
 
 
-def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
+def _tc_variant_default(out: int, inp: int) -> str:
     v = os.environ.get("TENSORFOLD_GEMV_VARIANT", "")
     if v:
         if v not in TC_VARIANTS:
@@ -997,11 +997,11 @@ def _tc_variant_default(out: int | None = None, inp: int | None = None) -> str:
         return v
     if _tc_pipe_default():
         return "pipe"
-    if out is not None and inp is not None and out * inp >= SK_MIN_CODES:
+    if out * inp >= SK_MIN_CODES:
         return "sk"
-    if out is not None and inp is not None and (out <= W16_MAX_OUT or inp >= W16_MIN_IN):
+    if out <= W16_MAX_OUT or inp >= W16_MIN_IN:
         return "w16"
-    if inp is not None and inp <= PIPE2_MAX_IN:
+    if inp <= PIPE2_MAX_IN:
         return "pipe2"
     return "pipe"
 

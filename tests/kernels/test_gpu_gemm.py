@@ -190,13 +190,17 @@ def test_xprep_layout_real_shape():
 def test_dq_real_shapes(model, which, monkeypatch):
     """The prompt GEMM's default for bf16 scales (``gemm.DQ``: weights dequantized to bf16 in the registers, one
     rounding of ``s q + b``, met by x's bf16 high part, fp32 accumulation) at the real 2B / 9B / 27B projection
-    shapes, 4-bit g64, 512 rows. Oracle: float64 ``hi(x) @ bf16(W).T`` with ``hi`` / ``bf16`` the roundings
-    ``bf16.from_f32`` specifies (a weight the kernel rounds once and the oracle twice, through fp32, differs by at most
-    one bf16 ulp: inside the bound); bound 1e-5 * (|x| @ |W|) elementwise. It must differ from the hi + lo kernel and
+    shapes, 4-bit g64, 512 rows. Oracle: ``test_sim_gemm3.dq_ref`` (float64 ``hi(x) @ bf16(W).T``); bound
+    1e-5 * (|x| @ |W|) elementwise. It must differ from the hi + lo kernel and
     stay within 2^-6 relative of the exact product; single rows (0, 333, 511) equal the 512-row launch bit for bit."""
     cuda = _cuda()
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_sim_gemm3 import dq_ref
+
     from tensorfold.kernels import gemm as G
-    from tensorfold.model import bf16
 
     H, I = SHAPES[model]
     out, inp = (I, H) if which == "gate_up" else (H, I)
@@ -210,10 +214,8 @@ def test_dq_real_shapes(model, which, monkeypatch):
     assert not np.isnan(y).any()
     assert not np.array_equal(y, full)
     W = _dequant(P, S, B, bits, group)
-    Wq = bf16.to_f32(bf16.from_f32(W)).astype(np.float64)
-    hi = bf16.to_f32(bf16.from_f32(x)).astype(np.float64)
     bound = np.abs(x.astype(np.float64)) @ np.abs(W.astype(np.float64)).T
-    err = np.abs(y - hi @ Wq.T)
+    err = np.abs(y - dq_ref(x, W))
     print(f"dq {model} {which} {out}x{inp}: max err/bound {(err / bound).max():.2e}")
     assert (err <= TOL * bound).all()
     exact = x.astype(np.float64) @ W.astype(np.float64).T

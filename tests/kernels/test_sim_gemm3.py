@@ -28,6 +28,15 @@ def _hi_lo_kernel(monkeypatch):
     monkeypatch.setattr(G, "DQ", False)
 
 
+def dq_ref(x, W):
+    """The bf16-dequantized kernel's oracle: float64 ``hi(x) @ bf16(W).T`` with ``hi`` / ``bf16`` the rounding
+    ``bf16.from_f32`` specifies (a weight the kernel rounds once and this twice, through fp32, differs by at most one
+    bf16 ulp: inside the 1e-5 bound)."""
+    Wq = bf16.to_f32(bf16.from_f32(W)).astype(np.float64)
+    hi = bf16.to_f32(bf16.from_f32(x)).astype(np.float64)
+    return hi @ Wq.T
+
+
 def _run(P, S, B, x, bits, group, geo=SMALL, R=None, ws=None, impl="v3"):
     R = x.shape[0] if R is None else R
     y = np.full((R, P.shape[0]), np.nan, np.float32)
@@ -238,10 +247,9 @@ def test_hi_only_x(bits, group, monkeypatch):
 
 @pytest.mark.parametrize("bits,group", [(4, 64), (8, 128)])
 def test_bf16_dequantized_weights(bits, group, monkeypatch):
-    """``gemm.DQ`` (the default; ``TENSORFOLD_GEMM_DQ=0`` turns it off): weights dequantized to bf16 in the registers (one rounding of
-    ``s q + b``) and met by the bf16 high part of x, the accumulators carried over the whole K. Oracle: float64
-    ``hi(x) @ bf16(W).T`` with ``W`` from ``ops.affine_dequant`` and ``bf16`` the rounding ``bf16.from_f32``
-    specifies; bound 1e-5 * (|x| @ |W|) (fp32 accumulation). It must differ from the default kernel and stay within
+    """``gemm.DQ`` (the default; ``TENSORFOLD_GEMM_DQ=0`` turns it off): weights dequantized to bf16 in the
+    registers (one rounding of ``s q + b``) and met by the bf16 high part of x, the accumulators carried over the
+    whole K. Oracle: ``dq_ref`` with ``W`` from ``ops.affine_dequant``; bound 1e-5 * (|x| @ |W|) (fp32 accumulation). It must differ from the default kernel and stay within
     2^-6 relative of the exact product. Scales other than bf16 keep the default kernel."""
     out, K, R = 16, 256, 5
     P, S, B = _rand_q(out, K, bits, group)
@@ -250,10 +258,8 @@ def test_bf16_dequantized_weights(bits, group, monkeypatch):
     monkeypatch.setattr(G, "DQ", True)
     y = _run(P, S, B, x, bits, group)
     W = ops.affine_dequant(P, S, B, bits, group)
-    Wq = bf16.to_f32(bf16.from_f32(W)).astype(np.float64)
-    hi = bf16.to_f32(bf16.from_f32(x)).astype(np.float64)
     bound = np.abs(x.astype(np.float64)) @ np.abs(W.astype(np.float64)).T
-    _check(y, hi @ Wq.T, bound)
+    _check(y, dq_ref(x, W), bound)
     assert not np.array_equal(y, full)
     exact, _ = _ref(x, P, S, B, bits, group)
     assert (np.abs(y - exact) <= 2.0 ** -6 * bound).all()
