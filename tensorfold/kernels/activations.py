@@ -4,6 +4,8 @@ Owns
 - ``silu_mul_k(g, u, y)``: ``y = silu(g) * u``, all float32 ``[R, I]``.
 - ``silu_mul_fused_k(gu, y)``: the same when gate and up come from one fused GEMV, ``gu [R, 2I]`` with gate in
   columns ``[0, I)`` and up in ``[I, 2I)``; ``y [R, I]``.
+- ``swiglu(g, u)``: the device function all of them (and the decode GEMVs' SwiGLU epilogue, ``affine`` /
+  ``qgemv`` with ``glu``) compute ``silu(g) * u`` with, so every path gives the same bits.
 - ``sigmoid_gate_k(o, g, y)``: ``y = o * sigmoid(g)`` float32 ``[R, n]`` (y may be o).
 Reference mirrored: ``tensorfold.reference.ops.silu_mul``, ``sigmoid_gate`` (overflow-free sigmoid).
 
@@ -21,7 +23,7 @@ from numba import cuda
 from ._device import IS_SIM, devfn, pdl_begin
 from . import _kcache
 
-__all__ = ["silu_mul_k", "silu_mul_fused_k", "sigmoid_gate_k", "launch_silu_mul", "launch_silu_mul_fused",
+__all__ = ["swiglu", "silu_mul_k", "silu_mul_fused_k", "sigmoid_gate_k", "launch_silu_mul", "launch_silu_mul_fused",
            "launch_sigmoid_gate", "COMPILE_SPECS", "HOT"]
 
 _TPB = 64 if IS_SIM else 256
@@ -35,6 +37,12 @@ def sigmoid_f32(x):
     return e / (np.float32(1.0) + e)
 
 
+@devfn
+def swiglu(g, u):
+    """``silu(g) * u`` as ``(g * sigmoid(g)) * u`` in float32."""
+    return g * sigmoid_f32(g) * u
+
+
 @_kcache.kjit
 def silu_mul_k(g, u, y):
     pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
@@ -44,8 +52,7 @@ def silu_mul_k(g, u, y):
     while i < R * n:
         r = i // n
         c = i - r * n
-        gg = g[r, c]
-        y[r, c] = gg * sigmoid_f32(gg) * u[r, c]
+        y[r, c] = swiglu(g[r, c], u[r, c])
         i += step
 
 
@@ -58,8 +65,7 @@ def silu_mul_fused_k(gu, y):
     while i < R * n:
         r = i // n
         c = i - r * n
-        gg = gu[r, c]
-        y[r, c] = gg * sigmoid_f32(gg) * gu[r, n + c]
+        y[r, c] = swiglu(gu[r, c], gu[r, n + c])
         i += step
 
 

@@ -95,11 +95,13 @@ from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_begin, pdl_trigger, pdl_wait, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 from . import qgemv as _qgemv3
+from .activations import swiglu
 
 __all__ = [
     "GemvPlan",
     "plan_qgemv",
     "launch_qgemv",
+    "glu_ok",
     "launch_dense_gemv",
     "launch_qgemm",
     "get_qgemv_kernel",
@@ -683,7 +685,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -697,7 +699,13 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
     With ``nw > 1`` the warps' partial tiles go through shared memory and each of the ``4 * mt * nt`` C entries is
     summed (warps 0, 1, .., nw-1 in that order) and stored by warp ``entry % nw``: the same bits as one warp doing
-    every sum, with the epilogue spread over the block's warps."""
+    every sum, with the epilogue spread over the block's warps.
+
+    ``glu`` (one K split only): the SwiGLU epilogue of a fused gate | up weight (``out = 2 I`` rows, gate rows
+    first, ``I % 8 == 0``). m-tile ``T`` takes gate rows ``8 T ..`` as its rows 0-7 and the matching up rows
+    ``I + 8 T ..`` as rows 8-15, so a lane's C entries ``i`` and ``i + 2`` are a gate sum and its up sum, and
+    ``y [R, I]`` gets ``activations.swiglu`` of the pair: the bits of this kernel into ``[R, 2 I]`` followed by
+    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)"""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
@@ -715,6 +723,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     if nw > 1:
         a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
     a("    out = W.shape[0]")
+    if glu:
+        a("    hout = out >> 1")
     a(f"    ng = x.shape[1] // {group}")
     a(f"    o0 = cuda.blockIdx.x * {16 * mt}")
     a(f"    r0 = cuda.blockIdx.y * {8 * nt}")
@@ -731,8 +741,12 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    spitch = S.shape[1]")
     a("    xpitch = x.shape[1]")
     for m in range(mt):
-        a(f"    ra{m} = min(o0 + {16 * m} + g, out - 1)")
-        a(f"    rb{m} = min(o0 + {16 * m + 8} + g, out - 1)")
+        if glu:  # the gate row and its up row
+            a(f"    ra{m} = min((o0 >> 1) + {8 * m} + g, hout - 1)")
+            a(f"    rb{m} = ra{m} + hout")
+        else:
+            a(f"    ra{m} = min(o0 + {16 * m} + g, out - 1)")
+            a(f"    rb{m} = min(o0 + {16 * m + 8} + g, out - 1)")
         # flat element offsets of the lane's rows (weights: plus the lane's words inside a group)
         a(f"    woa{m} = ra{m} * wpitch + t * {lw}")
         a(f"    wob{m} = rb{m} * wpitch + t * {lw}")
@@ -848,7 +862,35 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{J}if {o} < out and {r} < R:")
         a(f"{J}    y[kz, {r}, {o}] = {v}")
 
-    if nw > 1:
+    def store_glu(J, m, n, i, vg, vu):  # i in (0, 1): entry i (gate) and i + 2 (up)
+        o = f"(o0 >> 1) + {8 * m} + g"
+        r = f"r0 + {8 * n + i} + 2 * t"
+        a(f"{J}if {o} < hout and {r} < R:")
+        a(f"{J}    y[kz, {r}, {o}] = swiglu({vg}, {vu})")
+
+    if glu and nw > 1:
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
+        a("    cuda.syncthreads()")
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(2):
+                    k, kg, ku = (m * nt + n) * 2 + i, (m * nt + n) * 4 + i, (m * nt + n) * 4 + i + 2
+                    a(f"    if warp == {k % nw}:")
+                    a(f"        tg = red[0, {kg}, lane]")
+                    a(f"        tu = red[0, {ku}, lane]")
+                    for w in range(1, nw):
+                        a(f"        tg += red[{w}, {kg}, lane]")
+                        a(f"        tu += red[{w}, {ku}, lane]")
+                    store_glu("        ", m, n, i, "tg", "tu")
+    elif glu:
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(2):
+                    store_glu("    ", m, n, i, f"acc{m}_{n}_{i}", f"acc{m}_{n}_{i + 2}")
+    elif nw > 1:
         for m in range(mt):
             for n in range(nt):
                 for i in range(4):
@@ -872,27 +914,31 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1):
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth)
+                  pipe: bool = False, depth: int = 1, glu: bool = False):
+    glu = bool(glu)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
             name += f"d{depth}"
+        if glu:
+            name += "_glu"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth), extra)
+        extra["swiglu"] = swiglu
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth)
+                  pipe: bool = False, depth: int = 1, glu: bool = False):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu), **kw)
     return _KCACHE[key]
 
 
@@ -986,7 +1032,9 @@ W16_MAX_OUT = 2048
 W16_MIN_IN = 6144
 # Third (session 16, bench_gemv3 --tcplans): the rest with at most 2,048 inputs -> "pipe2" (2 groups an iteration):
 # 2B gate+up 12288x2048 12.8 / 14.0 -> 11.6 / 13.1 us at 1 / 8 rows, 2B in_all 8224x2048 10.5 / 11.3 -> 9.9 / 10.3.
-PIPE2_MAX_IN = 2048
+# Session 17 (call 1, --tcplans "pipe:u=2"): up to 4,096 inputs, 9B out_proj / o_proj 4096x4096 11.3 / 11.9 ->
+# 10.5 / 10.9 (the same warps and K splits as "pipe", so the same bits; 32 launches a 9B step).
+PIPE2_MAX_IN = 4096
 
 
 def _tc_variant_default(out: int, inp: int) -> str:
@@ -1139,28 +1187,42 @@ def _scale_kind(S) -> str:
 scale_kind = _scale_kind  # the scale dtype name plan_qgemv takes ("bf16", "f32", "f16")
 
 
+def glu_ok(plan, out: int) -> bool:
+    """Whether the decode kernel of ``plan`` has the SwiGLU epilogue (``launch_qgemv(..., glu=True)``) for a fused
+    gate | up weight of ``out = 2 I`` rows: the tensor-core kernels (qgemv's any plan, the first one's with one K
+    split), ``I % 8 == 0``. Otherwise the caller runs the GEMV into ``[R, 2 I]`` and ``silu_mul_fused_k``."""
+    if out % 16:
+        return False
+    return isinstance(plan, _qgemv3.V3Plan) or (isinstance(plan, GemvPlan) and plan.tc and plan.ks == 1)
+
+
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None):
+                 no: int | None = None, glu: bool = False):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
-    ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests)."""
+    ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests).
+    ``glu``: W is a fused gate | up weight (``out = 2 I``) and ``y [R, I]`` gets ``swiglu(gate, up)`` in the
+    GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise)."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group, _scale_kind(S))
+    if glu and (no is not None or not glu_ok(plan, out) or y.shape[1] != out // 2):
+        raise ValueError(f"launch_qgemv: no SwiGLU epilogue for this plan / shape ({plan}, y {tuple(y.shape)})")
     if isinstance(plan, _qgemv3.V3Plan):
         if no is None:
             if _scale_kind(S) != "bf16":
                 raise ValueError(f"launch_qgemv: a qgemv plan needs bf16 scales, got {_scale_kind(S)} "
                                  "(plan with plan_qgemv(..., scales=...))")
-            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream)
+            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu)
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
     if plan.tc:
         nt = 1 if R <= 8 else 2
-        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth)
+        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
+                          glu)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1337,6 +1399,12 @@ def _specs():
             f = get_tc_pyfunc(4, 64, nt, tpb // 32, p.mt, p.u, "bf16", True, p.depth)
             specs.append((f, _Q))
             hot.add(f.__name__)
+    # the SwiGLU epilogue at the 2B gate | up plan (12288 x 2048), both n-tiles
+    p = plan_qgemv(12288, 2048, 4, 64)
+    for nt in (1, 2):
+        f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):

@@ -64,6 +64,7 @@ from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
                       pdl_trigger, pdl_wait)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
+from .activations import swiglu
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS", "HOT",
            "FORMATS"]
@@ -343,7 +344,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
-                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1) -> str:
+                stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -369,7 +370,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     help with the x preparation. ``kp`` > 1 (prefetch form only): the block's tile warps are ``nw / kp`` tile slots
     times ``kp`` parts of the chunk; each warp sums its part's groups in order, and the part-0 warp of a slot adds
     the ``kp`` part sums in part order (through shared memory) before the tile goes out, so a tile's arithmetic is
-    a function of the plan only."""
+    a function of the plan only.
+
+    ``glu``: the SwiGLU epilogue for a fused gate | up weight (``out = 2 I`` rows, gate rows first, ``I % 8 == 0``):
+    16-row m-tile ``T`` reads gate rows ``8 T .. 8 T + 7`` as its rows 0-7 and the matching up rows ``I + 8 T ..``
+    as rows 8-15, so lane (g, t) holds a gate sum and its up sum, and ``y [R, I]`` gets ``swiglu(gate, up)``
+    (``activations.swiglu``: the bits of the GEMV into ``[R, 2 I]`` followed by ``silu_mul_fused_k``). With
+    several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them."""
     nwp = max(nwp, nw)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
@@ -416,6 +423,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if kp > 1:
         a(f"    red = cuda.shared.array({kp * nts * NV * 32}, np.float32)")  # part sums of the slots' tiles
     a("    out = W.shape[0]")
+    if glu:
+        a("    hout = out >> 1")
     a("    bx = cuda.blockIdx.x")
     a("    kz = cuda.blockIdx.y")
     a("    ks = cuda.gridDim.y")
@@ -444,7 +453,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a(f"{ind}ob{suf} = (wid + ({jexpr}) * nwt) * {TR}")
         for m in range(mt):
             for h, dr in (("a", 0), ("b", 8)):
-                a(f"{ind}rr{suf} = min(ob{suf} + {16 * m + dr} + g, out - 1)")
+                if glu:  # gate row (a) and its up row (b)
+                    a(f"{ind}rr{suf} = min((ob{suf} >> 1) + {8 * m} + g, hout - 1)" + (" + hout" if dr else ""))
+                else:
+                    a(f"{ind}rr{suf} = min(ob{suf} + {16 * m + dr} + g, out - 1)")
                 a(f"{ind}wo{h}{m}{suf} = rr{suf} * wpitch + G1 * {wpg} + t * {lw}")
                 a(f"{ind}so{h}{m}{suf} = rr{suf} * spitch + G1")
 
@@ -698,6 +710,18 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # the tile's sums out, accumulators reset, the next tile's bases become current
     for m in range(mt):
         for n in range(nt):
+            if glu:
+                a(f"{J}o = (obc >> 1) + {8 * m} + g")
+                a(f"{J}r = {4 * n} + t")
+                a(f"{J}if o < hout and r < R:")
+                a(f"{J}    if ks == 1:")
+                a(f"{J}        y[r, o] = swiglu(acc{m}_{n}_a, acc{m}_{n}_b)")
+                a(f"{J}    else:")
+                a(f"{J}        ws[kz, r, obc + {16 * m} + g] = acc{m}_{n}_a")
+                a(f"{J}        ws[kz, r, obc + {16 * m + 8} + g] = acc{m}_{n}_b")
+                a(f"{J}acc{m}_{n}_a = np.float32(0.0)")
+                a(f"{J}acc{m}_{n}_b = np.float32(0.0)")
+                continue
             for h, dr in (("a", 0), ("b", 8)):
                 a(f"{J}o = obc + {16 * m + dr} + g")
                 a(f"{J}r = {4 * n} + t")
@@ -738,15 +762,30 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("                if lastf[warp * 32 + jj] == 1:")
     a("                    cuda.threadfence()")
     a(f"                    ob = (wid + (j0 + jj) * nwt) * {TR}")
-    a(f"                    for e0 in range(0, R * {TR}, 32):")
-    a("                        e = e0 + lane")
-    a(f"                        r = e // {TR}")
-    a(f"                        o = ob + e % {TR}")
-    a("                        if r < R and o < out:")
-    a("                            tot = ld_cg_f32(ws, r * out + o)")
-    a("                            for kk in range(1, ks):")
-    a("                                tot += ld_cg_f32(ws, (kk * R + r) * out + o)")
-    a("                            y[r, o] = tot")
+    if glu:  # output column (ob / 2 + j) pairs the tile's gate row and up row (8 apart in ws)
+        a(f"                    for e0 in range(0, R * {TR // 2}, 32):")
+        a("                        e = e0 + lane")
+        a(f"                        r = e // {TR // 2}")
+        a(f"                        j = e % {TR // 2}")
+        a("                        o = (ob >> 1) + j")
+        a("                        og = ob + (j >> 3) * 16 + (j & 7)")
+        a("                        if r < R and o < hout:")
+        a("                            tg = ld_cg_f32(ws, r * out + og)")
+        a("                            tu = ld_cg_f32(ws, r * out + og + 8)")
+        a("                            for kk in range(1, ks):")
+        a("                                tg += ld_cg_f32(ws, (kk * R + r) * out + og)")
+        a("                                tu += ld_cg_f32(ws, (kk * R + r) * out + og + 8)")
+        a("                            y[r, o] = swiglu(tg, tu)")
+    else:
+        a(f"                    for e0 in range(0, R * {TR}, 32):")
+        a("                        e = e0 + lane")
+        a(f"                        r = e // {TR}")
+        a(f"                        o = ob + e % {TR}")
+        a("                        if r < R and o < out:")
+        a("                            tot = ld_cg_f32(ws, r * out + o)")
+        a("                            for kk in range(1, ks):")
+        a("                                tot += ld_cg_f32(ws, (kk * R + r) * out + o)")
+        a("                            y[r, o] = tot")
     a("                    if lane == 0:")
     a("                        cnt[wid + (j0 + jj) * nwt] = 0")
     a("            cuda.syncthreads()")
@@ -756,18 +795,20 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1):
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False):
     nwp = nwp if nwp > nw else 0
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp)
+    glu = bool(glu)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else ""))
-        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp))
+                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else ""))
+        src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
+                                            glu))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
-               "_TWO23": np.float32(8388608.0),
+               "_TWO23": np.float32(8388608.0), "swiglu": swiglu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -776,13 +817,14 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     return _KCACHE[key]
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu))
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp), **kw)
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu),
+                                   **kw)
     return _KCACHE[key]
 
 
@@ -1060,11 +1102,15 @@ def _allow_dyn(nbytes: int):
     return cb
 
 
-def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
+def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
-    when ks > 1 (the chunks' partial sums; the launches reuse it in turn)."""
+    when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
+    (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``)."""
     out = W.shape[0]
+    if glu and (out % 16 or y.shape[1] != out // 2):
+        raise ValueError(f"qgemv: the SwiGLU epilogue needs out % 16 == 0 and y [R, out / 2] (out {out}, y "
+                         f"{tuple(y.shape)})")
     if -(-out // (16 * p.mt)) > NCOUNTERS:
         raise ValueError(f"qgemv: {out} rows need more than {NCOUNTERS} arrival counters")
     if p.ks > 1 and ws is None:
@@ -1078,13 +1124,14 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0):
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
         if p.pf:
             nw, pf, gx, tpb, dyn = p.pf_launch(nt)
-            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp)
+            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp, glu=glu)
             cfg = k[(gx, p.ks), tpb, stream, dyn]
             if not IS_SIM:
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
             continue
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt))
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
+                       glu=glu)
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
     return y
 
@@ -1113,6 +1160,15 @@ def _specs():
             f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth)
             specs.append((f, _SIG))
             hot.add(f.__name__)
+    # the SwiGLU epilogue of the fused gate | up weights (9B, 27B), one and two n-tiles
+    for out, inp in ((24576, 4096), (34816, 5120)):
+        p = plan(out, inp, 4, 64)
+        for nt in (1, 2):
+            f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, glu=True)
+            if f.__name__ not in seen:
+                seen.add(f.__name__)
+                specs.append((f, _SIG))
+                hot.add(f.__name__)
     for bits, group in FORMATS:
         if (bits, group) != (4, 64):
             p = plan(24576, 4096, bits, group)

@@ -29,6 +29,7 @@ xlog [NLl, Rl, C]; xlog1 [R, C] (prompt conv tails); attention partials m, l [Ra
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -575,6 +576,7 @@ class Runner:
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
+        self.glu_on = os.environ.get("TENSORFOLD_GLU", "1").strip() != "0"
         self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
@@ -582,8 +584,19 @@ class Runner:
 
     # ---------------------------------------------------------------------------------------------- pieces
 
-    def _linear(self, name, x, y, R, prompt, stream):
-        """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows)."""
+    def _glu(self, name, R, prompt) -> bool:
+        """Whether the fused gate | up linear ``name`` runs as GEMVs with the SwiGLU epilogue (``y [R, I]``
+        straight into the down projection's input, no ``silu_mul_fused_k`` launch): GEMV rows (steps, windows,
+        trees, prompts of <= 16 rows), a plan with the epilogue (``affine.glu_ok``), not the simulator's host
+        stand-ins. The same bits either way. ``TENSORFOLD_GLU=0`` (read when the runner is built) turns it off."""
+        if not self.glu_on or (IS_SIM and self.sim_stand_ins) or (prompt and R > 16):
+            return False
+        ent = self.arena.linear(name)
+        return ent["kind"] == "affine" and affine.glu_ok(ent["plan"], ent["out"])
+
+    def _linear(self, name, x, y, R, prompt, stream, glu=False):
+        """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows); ``glu`` (see
+        :meth:`_glu`): y[:R] = swiglu of W's gate and up halves."""
         ent = self.arena.linear(name)
         if IS_SIM and self.sim_stand_ins:
             glue.sim_linear(ent, x[:R], y[:R])
@@ -598,7 +611,7 @@ class Runner:
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
             if ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
-                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n)
+                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu)
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
@@ -714,8 +727,12 @@ class Runner:
                 self._attn(l, R, mode, batch, stream)
             norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
                                       self.eps, stream=stream, **_SIM_MB)
-            self._linear(f"layers.{l}.mlp.gate_up", B.x, B.gu, R, prompt, stream)
-            activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
+            gate_up = f"layers.{l}.mlp.gate_up"
+            if self._glu(gate_up, R, prompt):
+                self._linear(gate_up, B.x, B.mi, R, prompt, stream, glu=True)
+            else:
+                self._linear(gate_up, B.x, B.gu, R, prompt, stream)
+                activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
             self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
             nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
             norms.launch_add_rms_norm(B.d[:R], B.h[:R], nxt, B.x[:R], self.eps, stream=stream, **_SIM_MB)

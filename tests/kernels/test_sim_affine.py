@@ -265,9 +265,11 @@ def test_tc_variant_plans_and_env(monkeypatch):
     assert A.plan_qgemv(248320, 2048, 4, 64).variant == "sk"
     for out, K in ((2048, 6144), (2048, 2048), (5120, 6144)):  # <= 2,048 rows or >= 6,144 inputs -> w16
         assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="w16")
-    for out, K in ((8224, 2048), (12288, 2048), (5120, 2048)):  # the rest with K <= 2,048 -> pipe2
+    for out, K in ((8224, 2048), (12288, 2048), (5120, 2048), (4096, 4096)):  # the rest with K <= 4,096 -> pipe2
         assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="pipe2")
-    assert A.plan_qgemv(4096, 4096, 4, 64).variant == "pipe"
+    p2, p1 = A.plan_tc(4096, 4096, 4, 64, variant="pipe2"), A.plan_tc(4096, 4096, 4, 64, variant="pipe")
+    assert (p2.tpb, p2.ks, p2.mt) == (p1.tpb, p1.ks, p1.mt)  # only u differs: the same bits as "pipe"
+    assert A.plan_qgemv(4096, 5120, 4, 64).variant == "pipe"
     monkeypatch.setenv("TENSORFOLD_GEMV_PIPE", "1")
     assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant="pipe")
     for v in NEW_VARIANTS:

@@ -1,9 +1,18 @@
 """Simulator tier for ``tensorfold.kernels.qgemv`` (the bandwidth-oriented tensor-core decode GEMV).
 
 Every format it covers (4-bit g32/g64/g128, 8-bit g32/g64, 2-bit g64/g128) against float64 numpy on
-``ops.affine_dequant`` weights, on fresh random weights and x (x scaled by 3). Tolerance: |y - ref| <= 1e-5 *
-(|x| @ |W|) elementwise (x enters the tensor cores as bf16 hi + lo, about 2^-17 relative per element, and the codes as
-``128 + q``; the group sums of x are taken over the same hi + lo values, so the offset cancels). Outputs and the
+``ops.affine_dequant`` weights, on fresh random weights and x (x scaled by 3). Tolerance, elementwise, the kernel's
+two error sources stated separately:
+
+- 1e-5 * (|x| @ |W|): x enters the tensor cores as bf16 hi + lo, about 2^-17 relative per element;
+- plus 2^-20 * 128 * sum_g |s_g| sum_{i in g} |x_i| for 2- and 4-bit codes (0 for 8-bit): the codes enter as
+  ``128 + q`` and the epilogue cancels the offset, ``s * dot(128 + q, x) + (b - 128 s) * sum(x)``. The cancellation
+  is exact in real arithmetic, but each fp32 rounding on the way (the mma's k-steps, ``s * D``, the accumulator that
+  briefly holds about ``128 |s| sum|x|`` before the bias term lands) is relative to that offset-sized magnitude, not
+  to |x| @ |W|. For 2-bit codes (q <= 3) the offset term is about 40x |x| @ |W|; 2^-20 is 16 fp32 roundings of it.
+  (Session 16 saw err / (1e-5 |x| @ |W|) = 1.01 once in a 2-bit case under the old single-term bound.)
+
+Outputs and the
 split-K workspace are poisoned with NaN. Geometries: warps walking several row tiles (the next tile's loads issued
 during the current one), several blocks sharing a chunk, one chunk (y written directly) and several (the warp that
 completes a tile sums the chunks), 1-11 rows (one or two n-tiles, launches of 8 + 3). Exactness: rows launched
@@ -14,7 +23,7 @@ import numpy as np
 import pytest
 
 from tensorfold.kernels import qgemv as Q
-from tensorfold.model import quant
+from tensorfold.model import bf16, quant
 from tensorfold.reference import ops
 
 rng = np.random.default_rng()
@@ -33,16 +42,25 @@ def _go(P, S, B, x, p):
     return y
 
 
-def _ref(x, P, S, B, bits, group):
+OFFSET_EPS = 2.0 ** -20  # fp32 roundings allowed relative to the offset-sized intermediate (see the docstring)
+
+
+def _ref(x, P, S, B, bits, group, tol=1e-5):
+    """(float64 reference, elementwise error bound) for ``y = x @ W.T``."""
     W = ops.affine_dequant(P, S, B, bits, group).astype(np.float64)
     x64 = x.astype(np.float64)
-    return x64 @ W.T, np.abs(x64) @ np.abs(W).T
+    bound = tol * (np.abs(x64) @ np.abs(W).T)
+    if bits != 8:
+        ax = np.abs(x64).reshape(x.shape[0], -1, group).sum(-1)  # [R, groups]: sum |x| per group
+        s = np.abs(bf16.to_f32(S).astype(np.float64))  # [out, groups]
+        bound = bound + OFFSET_EPS * 128.0 * (ax @ s.T)
+    return x64 @ W.T, bound
 
 
-def _check(y, ref, bound, tol=1e-5):
+def _check(y, ref, bound):
     assert not np.isnan(y).any(), "NaN / unwritten output"
     err = np.abs(y - ref)
-    assert (err <= tol * bound).all(), f"max err/bound {(err / bound).max():.2e}"
+    assert (err <= bound).all(), f"max err/bound {(err / bound).max():.2e}"
 
 
 def _run_case(bits, group, ks, blocks, mt, depth, rows=11):
