@@ -86,6 +86,8 @@ def main(argv=None):
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
+    ap.add_argument("--glu", action="store_true", help="time each plan's SwiGLU-epilogue form too (gate | up "
+                    "weights: y [R, out / 2]; the shape's out must be a multiple of 16)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
@@ -113,6 +115,7 @@ def main(argv=None):
         for R in rows:
             x, _x = ctx["rand_f32"]((R, inp))
             y = cuda.device_array((R, out), dtype="float32")
+            yg = cuda.device_array((R, out // 2), dtype="float32")
             plans = [] if args.no_old else [("old " + A.plan_tc(out, inp, bits, group).variant,
                                              A.plan_tc(out, inp, bits, group))]
             for spec in [t for t in args.tcplans.split(";") if t]:
@@ -125,11 +128,15 @@ def main(argv=None):
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
                                      stages=stages, pb=pb, occ1=occ1)))
-            for name, p in plans:
+            forms = [(nm, p, False) for nm, p in plans]
+            if args.glu:
+                forms += [(nm + " glu", p, True) for nm, p in plans if A.glu_ok(p, out)]
+            for name, p, glu in forms:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 
-                def mk(m, p=p, ws=ws, x=x, y=y, R=R, keep=_x):
-                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R)
+                def mk(m, p=p, ws=ws, x=x, y=(yg if glu else y), R=R, keep=_x, glu=glu):
+                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
+                                                    glu=glu)
 
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
                                launches=[mk(m) for m in mats])
