@@ -102,6 +102,7 @@ __all__ = [
     "plan_qgemv",
     "launch_qgemv",
     "glu_ok",
+    "glu_faster",
     "launch_dense_gemv",
     "launch_qgemm",
     "get_qgemv_kernel",
@@ -1194,6 +1195,18 @@ def glu_ok(plan, out: int) -> bool:
     if out % 16:
         return False
     return isinstance(plan, _qgemv3.V3Plan) or (isinstance(plan, GemvPlan) and plan.tc and plan.ks == 1)
+
+
+def glu_faster(plan, out: int, rows: int) -> bool:
+    """Whether a launch of ``rows`` rows should take the SwiGLU epilogue (same bits either way, so this is speed
+    policy only): where :func:`glu_ok`, except qgemv launches with a piece of 1-4 rows (its one-n-tile kernel).
+    Measured on the H200 (session 17, bench_gemv3 --glu, µs at 1 / 8 rows, plain -> epilogue; the plain figure
+    leaves out the ~2 µs silu_mul launch): 2B gate+up (first kernel) 12.3 / 13.0 -> 12.0 / 13.3; 9B gate+up (qgemv)
+    29.0 / 46.9 -> 35.4 / 42.0; 27B 44.1 / 70.4 -> 56.2 / 64.6. ptxas gives qgemv's one-n-tile epilogue kernel 104
+    registers against 136 with the same main loop, and it streams slower; not understood yet."""
+    if not glu_ok(plan, out):
+        return False
+    return not isinstance(plan, _qgemv3.V3Plan) or not 1 <= rows % 8 <= 4
 
 
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,

@@ -587,12 +587,13 @@ class Runner:
     def _glu(self, name, R, prompt) -> bool:
         """Whether the fused gate | up linear ``name`` runs as GEMVs with the SwiGLU epilogue (``y [R, I]``
         straight into the down projection's input, no ``silu_mul_fused_k`` launch): GEMV rows (steps, windows,
-        trees, prompts of <= 16 rows), a plan with the epilogue (``affine.glu_ok``), not the simulator's host
-        stand-ins. The same bits either way. ``TENSORFOLD_GLU=0`` (read when the runner is built) turns it off."""
+        trees, prompts of <= 16 rows), where the plan's kernel has it and is faster with it
+        (``affine.glu_faster``), not the simulator's host stand-ins. The same bits either way.
+        ``TENSORFOLD_GLU=0`` (read when the runner is built) turns it off."""
         if not self.glu_on or (IS_SIM and self.sim_stand_ins) or (prompt and R > 16):
             return False
         ent = self.arena.linear(name)
-        return ent["kind"] == "affine" and affine.glu_ok(ent["plan"], ent["out"])
+        return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
     def _linear(self, name, x, y, R, prompt, stream, glu=False):
         """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows); ``glu`` (see

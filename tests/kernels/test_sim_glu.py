@@ -11,7 +11,7 @@ Two oracles, on fresh random weights and x:
 Covered: the first tensor-core kernel with one warp and with several warps a block (the pair summed by one warp)
 and two-tile-row plans; qgemv with one K chunk and with two (the completing warp pairs the partials); partial last
 tiles (I = 40 is not a multiple of the 16- or 32-row tile's 8 or 16 gate rows); one and two n-tiles (rows 3, 11).
-A row's result is the same bits alone.
+A row's result is the same bits alone. The runtime's speed policy (``affine.glu_faster``) is pinned too.
 """
 
 import numpy as np
@@ -40,7 +40,7 @@ def _oracle64(x, P, S, B, bits, group):
     x64 = x.astype(np.float64)
     y = x64 @ W.T
     e = 1e-5 * (np.abs(x64) @ np.abs(W).T)
-X
+    if bits != 8:  # qgemv's offset-128 codes (test_sim_qgemv's second term; only looser for the first kernel)
         ax = np.abs(x64).reshape(x.shape[0], -1, group).sum(-1)
         e = e + 2.0 ** -20 * 128.0 * (ax @ np.abs(bf16.to_f32(S).astype(np.float64)).T)
     g, u = y[:, :I_], y[:, I_:]
@@ -111,3 +111,14 @@ def test_glu_refused_where_unsupported():
             A.launch_qgemv(P, S, B, x, y, 4, 64, p, glu=True)
     with pytest.raises(ValueError, match="SwiGLU"):  # y must be [R, out / 2]
         A.launch_qgemv(P, S, B, x, np.zeros((11, 2 * I_), np.float32), 4, 64, Q.plan(2 * I_, 256, 4, 64), glu=True)
+
+
+def test_glu_speed_policy():
+    """The runtime's choice (speed only; same bits): the first kernel always, qgemv unless a launch piece has 1-4
+    rows (its one-n-tile epilogue kernel measured slower, see ``affine.glu_faster``)."""
+    first = A.plan_qgemv(12288, 2048, 4, 64)
+    v3 = A.plan_qgemv(24576, 4096, 4, 64)
+    assert not isinstance(first, Q.V3Plan) and isinstance(v3, Q.V3Plan)
+    assert all(A.glu_faster(first, 12288, r) for r in (1, 4, 8, 11, 16))
+    assert [r for r in range(1, 17) if A.glu_faster(v3, 24576, r)] == [5, 6, 7, 8, 13, 14, 15, 16]
+    assert not A.glu_faster(A.plan_qgemv(12288, 2048, 3, 64), 12288, 8)  # the CUDA-core kernel: no epilogue
