@@ -8,7 +8,9 @@ in the stream still runs (once every block of that kernel has called ``pdl_trigg
 first weight loads before that wait, so they overlap the previous kernel's tail.
 
 A kernel is *aware* when its code names ``_device.pdl_wait`` or ``pdl_begin`` (its contract: every block waits before its first read
-of activations or metadata and its first global write; weights may be read before). Only aware kernels are given
+of activations or metadata and its first global write; weights may be read before, and so may data that no kernel
+of the same graph writes before it: the recurrent kernels of ``delta_rule`` load the segment metadata and the
+committed state first, both written only by host copies or by earlier forwards). Only aware kernels are given
 the attribute, and only inside ``scope()`` (``glue.capture_graph`` opens it). An unaware kernel is launched the
 usual way and waits for the complete previous kernel, so a chain stays ordered: a kernel's completion implies its
 wait returned, hence that its predecessor completed.

@@ -56,7 +56,7 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import FULL_MASK, IS_SIM, devfn, pdl_begin, warp_sum
+from ._device import FULL_MASK, IS_SIM, devfn, pdl_begin, pdl_trigger, pdl_wait, warp_sum
 from . import _kcache
 from .conv import silu32
 
@@ -324,7 +324,7 @@ def _make_recurrent(general, fused=False):
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
              log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
-        pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
+        pdl_trigger()  # kernels._pdl: the next launch may start now
         ru = cuda.shared.array((SNW, SVS), float32)
         rn = cuda.shared.array((SNW, 2), float32)
         ro = cuda.shared.array((SNW, SVS), float32)
@@ -394,6 +394,11 @@ def _make_recurrent(general, fused=False):
             if not ok or rg + SRG * t >= Dk:
                 for j in range(CPT):
                     S[t * CPT + j] = float32(0.0)
+        # Everything above reads only the segment metadata, the layer's parameters and the committed state, which no
+        # kernel of the same forward writes (host copies before the launch or graph replay; this layer's own kernel
+        # or the commit launches in earlier forwards, all complete before a graph starts). So under PDL the state's
+        # DRAM latency overlaps the previous kernel's tail; the in_proj rows (qkv, a, b, z) are read only after this.
+        pdl_wait()
         bad = False
         cur = int32(-1)
         for r in range(row0, row0 + n):
