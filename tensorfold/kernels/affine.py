@@ -1210,13 +1210,14 @@ def glu_faster(plan, out: int, rows: int) -> bool:
 
 
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None, glu: bool = False):
+                 no: int | None = None, glu: bool = False, cnt=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
     ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests).
     ``glu``: W is a fused gate | up weight (``out = 2 I``) and ``y [R, I]`` gets ``swiglu(gate, up)`` in the
-    GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise)."""
+    GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise). ``cnt``: qgemv's arrival counters
+    (``qgemv.new_counters``; default the shared set)."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
@@ -1228,7 +1229,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
             if _scale_kind(S) != "bf16":
                 raise ValueError(f"launch_qgemv: a qgemv plan needs bf16 scales, got {_scale_kind(S)} "
                                  "(plan with plan_qgemv(..., scales=...))")
-            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu)
+            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu, cnt=cnt)
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)

@@ -1071,9 +1071,18 @@ def _scratch():
 
 
 def counters():
-    """The arrival counters of the in-kernel split-K sum (zeros; every launch leaves them at zero). Also allocates
-    the stand-in workspace of one-chunk launches: call it before capturing a graph."""
+    """The default arrival counters of the in-kernel split-K sum (zeros; every launch leaves them at zero), shared by
+    the launches that pass none. Also allocates the stand-in workspace of one-chunk launches: call it before
+    capturing a graph."""
     return _scratch()[0]
+
+
+def new_counters():
+    """A private zeroed set of arrival counters (``launch(..., cnt=)``): launches that may run concurrently on
+    different streams (two runners) must not share counters; launches in one stream may (each touches them only
+    after its PDL wait, when the previous launch has completed)."""
+    z = np.zeros(NCOUNTERS, np.int32)
+    return z if IS_SIM else cuda.to_device(z)
 
 
 def nt_for(R: int) -> int:
@@ -1102,12 +1111,14 @@ def _allow_dyn(nbytes: int):
     return cb
 
 
-def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False):
+def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
     when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
-    (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``)."""
+    (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
+    arrival counters (default: the shared :func:`counters`; see :func:`new_counters`)."""
     out = W.shape[0]
+    cnt = counters() if cnt is None else cnt
     if glu and (out % 16 or y.shape[1] != out // 2):
         raise ValueError(f"qgemv: the SwiGLU epilogue needs out % 16 == 0 and y [R, out / 2] (out {out}, y "
                          f"{tuple(y.shape)})")
@@ -1128,11 +1139,11 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False):
             cfg = k[(gx, p.ks), tpb, stream, dyn]
             if not IS_SIM:
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
-            cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
+            cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
                        glu=glu)
-        k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, counters(), np.int32(n))
+        k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 
 

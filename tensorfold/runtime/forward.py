@@ -491,7 +491,8 @@ class Buffers:
             if p.ks > 1:
                 ws = max(ws, p.ks * GEMV_ROWS * p.out)
         self.ws = d(ws, f)
-        qgemv.counters()  # the split-K arrival counters, allocated before any graph capture
+        qgemv.counters()  # the stand-in workspace of one-chunk qgemv launches, allocated before any graph capture
+        self.qcnt = qgemv.new_counters()  # this runner's own split-K arrival counters (runners may share a GPU)
         self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
         # v3 prompt-GEMM scratch (x split into bf16 mma fragments + group sums) for the widest GEMM input: static,
         # so that captured prompt graphs never allocate and always see the same pointers
@@ -612,7 +613,7 @@ class Runner:
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
             if ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
-                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu)
+                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt)
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)

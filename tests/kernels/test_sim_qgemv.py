@@ -258,3 +258,28 @@ def test_prefetch_plans_fit_and_route(monkeypatch):
     assert Q.plan_pf(12288, 2048, 4, 32) is None  # one word a lane and group: not this form
     monkeypatch.setenv("TENSORFOLD_GEMV_PF", "0")
     assert not (isinstance(A.plan_qgemv(12288, 2048, 4, 64), Q.V3Plan) and A.plan_qgemv(12288, 2048, 4, 64).pf)
+
+
+def test_private_counters():
+    """A runner's own arrival counters (``new_counters``, ``launch(..., cnt=)``): the same bits as the shared set,
+    and both are left at zero (two chunks, so the counters are used)."""
+    out, K = 72, 256
+    P, S, B = _case(4, 64, out, K)
+    x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
+    p = Q.V3Plan(out, K, 4, 64, nw=2, mt=1, cg=2, u=2, depth=1, blocks=4)
+    assert p.ks == 2
+    mine = Q.new_counters()
+    y0 = _go(P, S, B, x, p)
+    y1 = np.full_like(y0, np.nan)
+    ws = np.full((p.ks, 3, out), np.nan, np.float32)
+    Q.launch(P, S, B, x, y1, p, 3, ws=ws, cnt=mine)
+    assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
+    assert mine is not Q.counters() and not mine.any() and not Q.counters().any()
+    _check(y1, *_ref(x, P, S, B, 4, 64))
+    # and the launch really uses the counters it is given: preset so every tile looks complete at its first
+    # arrival, the partials are summed before the other chunk lands (NaN-poisoned workspace)
+    bad = Q.new_counters()
+    bad[:] = p.ks - 1
+    y2 = np.full_like(y0, np.nan)
+    Q.launch(P, S, B, x, y2, p, 3, ws=np.full((p.ks, 3, out), np.nan, np.float32), cnt=bad)
+    assert np.isnan(y2).any() and not Q.counters().any()
