@@ -8,8 +8,10 @@ Kernels (MLX affine 4-bit g64, random codes and bf16 scales / biases, x random):
 
 Each is launched twice before a device sync (the first compiles), then ``--reps`` more times; profile the last
 launches with ``ncu --launch-skip``. Prints the plan of each shape. No timing here: ncu's numbers are the point.
+``--glu``: instead, the 9B gate+up at one row in qgemv's plain and SwiGLU-epilogue forms only (session 17: the
+epilogue form streams 22-27 % slower with the same main loop; ptxas gives it 104 registers against 136).
 
-    python benchmarks/ncu_probe.py [--reps 2] [--tiny]
+    python benchmarks/ncu_probe.py [--reps 2] [--tiny] [--glu]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="small shapes (a simulator smoke run of this script)")
+    ap.add_argument("--glu", action="store_true", help="the 9B gate+up in qgemv's plain and epilogue forms only")
     a = ap.parse_args(argv)
     from numba import cuda
 
@@ -44,6 +47,19 @@ def main(argv=None) -> int:
               ("9B down", 4096, 12288), ("27B down", 5120, 17408), ("27B gate+up", 34816, 5120))
     if a.tiny:
         shapes = (("tiny a", 64, 128), ("tiny b", 32, 256))
+    if a.glu:
+        out, inp = (64, 256) if a.tiny else (24576, 4096)
+        W, S, B = rand_q(out, inp)
+        p = affine.plan_qgemv(out, inp, 4, 64)
+        x = cuda.to_device(rng.standard_normal((1, inp)).astype(np.float32))
+        ws = cuda.device_array((max(p.ks, 1), 1, out), np.float32)
+        for glu in (False, True):
+            y = cuda.device_array((1, out // 2 if glu else out), np.float32)
+            print(f"9B gate+up glu={glu}: {p}", flush=True)
+            for _ in range(2 + a.reps):
+                affine.launch_qgemv(W, S, B, x, y, 4, 64, plan=p, ws=ws if p.ks > 1 else None, rows=1, glu=glu)
+            cuda.synchronize()
+        return 0
     for label, out, inp in shapes:
         W, S, B = rand_q(out, inp)
         p = affine.plan_qgemv(out, inp, 4, 64)
