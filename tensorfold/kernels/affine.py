@@ -869,47 +869,37 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{J}if {o} < hout and {r} < R:")
         a(f"{J}    y[kz, {r}, {o}] = swiglu({vg}, {vu})")
 
-    if glu and nw > 1:
+    if nw > 1:  # the warps' partial tiles through shared memory
         for m in range(mt):
             for n in range(nt):
                 for i in range(4):
                     a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
         a("    cuda.syncthreads()")
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(2):
+
+    def summed(J, pairs):  # each (name, entry) summed over the warps in warp order
+        for v, k in pairs:
+            a(f"{J}{v} = red[0, {k}, lane]")
+        for w in range(1, nw):
+            for v, k in pairs:
+                a(f"{J}{v} += red[{w}, {k}, lane]")
+
+    for m in range(mt):
+        for n in range(nt):
+            for i in range(2 if glu else 4):
+                if glu:  # entry i (gate) and i + 2 (up), summed by warp k % nw
                     k, kg, ku = (m * nt + n) * 2 + i, (m * nt + n) * 4 + i, (m * nt + n) * 4 + i + 2
-                    a(f"    if warp == {k % nw}:")
-                    a(f"        tg = red[0, {kg}, lane]")
-                    a(f"        tu = red[0, {ku}, lane]")
-                    for w in range(1, nw):
-                        a(f"        tg += red[{w}, {kg}, lane]")
-                        a(f"        tu += red[{w}, {ku}, lane]")
-                    store_glu("        ", m, n, i, "tg", "tu")
-    elif glu:
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(2):
-                    store_glu("    ", m, n, i, f"acc{m}_{n}_{i}", f"acc{m}_{n}_{i + 2}")
-    elif nw > 1:
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(4):
-                    a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
-        a("    cuda.syncthreads()")
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(4):
+                    if nw > 1:
+                        a(f"    if warp == {k % nw}:")
+                        summed("        ", [("tg", kg), ("tu", ku)])
+                        store_glu("        ", m, n, i, "tg", "tu")
+                    else:
+                        store_glu("    ", m, n, i, f"acc{m}_{n}_{i}", f"acc{m}_{n}_{i + 2}")
+                elif nw > 1:
                     k = (m * nt + n) * 4 + i
                     a(f"    if warp == {k % nw}:")
-                    a(f"        tot = red[0, {k}, lane]")
-                    for w in range(1, nw):
-                        a(f"        tot += red[{w}, {k}, lane]")
+                    summed("        ", [("tot", k)])
                     store("        ", m, n, i, "tot")
-    else:
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(4):
+                else:
                     store("    ", m, n, i, f"acc{m}_{n}_{i}")
     return "\n".join(L) + "\n"
 
