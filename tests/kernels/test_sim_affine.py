@@ -260,7 +260,7 @@ def test_tc_variant_plans_and_env(monkeypatch):
     monkeypatch.delenv("TENSORFOLD_GEMV_PIPE", raising=False)
     monkeypatch.delenv("TENSORFOLD_GEMV_VARIANT", raising=False)
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "0")  # the first kernel's rule (qgemv takes these shapes by default)
-    assert A.plan_qgemv(12288, 4096, 4, 64).variant == "pipe"  # the shape rule: small weights -> pipe
+    assert A.plan_qgemv(12288, 4096, 4, 64).variant == "pipe2"  # the shape rule: small weights, K <= 4,096 -> pipe2
     assert A.plan_qgemv(17408, 5120, 4, 64).variant == "sk"  # >= 2^26 codes -> split-K variant
     assert A.plan_qgemv(248320, 2048, 4, 64).variant == "sk"
     for out, K in ((2048, 6144), (2048, 2048), (5120, 6144)):  # <= 2,048 rows or >= 6,144 inputs -> w16
