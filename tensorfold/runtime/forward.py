@@ -730,7 +730,14 @@ class Runner:
             norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
                                       self.eps, stream=stream, **_SIM_MB)
             gate_up = f"layers.{l}.mlp.gate_up"
-            if self._glu(gate_up, R, prompt):
+            if not a.has_linear(gate_up):  # gate and up in different formats: two GEMVs into halves of B.gu
+                I = B.mi.shape[1]
+                g = B.gu.reshape(-1)[:B.rows * I].reshape((B.rows, I))
+                u = B.gu.reshape(-1)[B.rows * I:2 * B.rows * I].reshape((B.rows, I))
+                self._linear(f"layers.{l}.mlp.gate_proj", B.x, g, R, prompt, stream)
+                self._linear(f"layers.{l}.mlp.up_proj", B.x, u, R, prompt, stream)
+                activations.launch_silu_mul(g[:R], u[:R], B.mi[:R], stream=stream, **_SIM_MB)
+            elif self._glu(gate_up, R, prompt):
                 self._linear(gate_up, B.x, B.mi, R, prompt, stream, glu=True)
             else:
                 self._linear(gate_up, B.x, B.gu, R, prompt, stream)

@@ -65,3 +65,25 @@ def test_fused_step_equals_unfused(micro, micro_arena):
     l2, _ = r2.forward(F.window_batch([(0, ids, 0)]))
     assert np.isfinite(l1).all()
     assert np.array_equal(l1, l2)
+
+
+def test_gate_up_unfused_when_formats_differ(micro, micro_arena):
+    """One layer's up_proj with float32 scales (equal values, another format): that layer keeps gate_proj and
+    up_proj apart (two GEMVs into halves of the gate | up buffer, then ``silu_mul_k``), and a step's logits equal
+    the fused model's bit for bit."""
+    rng = np.random.default_rng(12)
+    from tensorfold.model import bf16
+
+    t = dict(micro.tensors)
+    w = t["layers.1.mlp.up_proj"]
+    t["layers.1.mlp.up_proj"] = AffineWeight(w.packed, bf16.to_f32(np.asarray(w.scales)),
+                                             bf16.to_f32(np.asarray(w.biases)), w.bits, w.group_size)
+    a2 = Arena.upload(t, micro.config, progress=False)
+    assert not a2.has_linear("layers.1.mlp.gate_up") and a2.has_linear("layers.0.mlp.gate_up")
+    r1 = make_runner(micro, micro_arena, slots=1, ctx=8, rows=2, prompt_rows=0)
+    r2 = make_runner(micro, a2, slots=1, ctx=8, rows=2, prompt_rows=0)
+    ids = [int(x) for x in rng.integers(0, 512, 2)]
+    l1, _ = r1.forward(F.window_batch([(0, ids, 0)]))
+    l2, _ = r2.forward(F.window_batch([(0, ids, 0)]))
+    assert np.isfinite(l1).all()
+    assert np.array_equal(l1, l2)
