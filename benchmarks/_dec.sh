@@ -1,4 +1,4 @@
-# Sourced by the one-GPU device scripts (gpu_s17a.sh, gpu_s17b.sh; earlier ones: results/raw/session*/scripts):
+# Sourced by the one-GPU device scripts (gpu_s18a.sh; earlier ones: results/raw/session*/scripts):
 # - `out_dir NAME`: results go to $R = ${OUT:-/tmp/NAME}/r; `pack` tars them into $OUT/NAME.tar.gz (the device
 #   returns only a few files, so a script packs after each step).
 # - `dec NAME GEOMETRY [bench_decode args...]` runs bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into

@@ -618,6 +618,18 @@ class Runner:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
 
+    def _unfused(self, pre, parts, buf, R, prompt, stream):
+        """The linears ``pre + name`` of ``parts`` ((name, width), ...) that load-time fusion left apart (their
+        formats differ): each into its own contiguous block of ``buf``'s memory, in order. -> their [R, width]
+        outputs."""
+        outs, off, rows = [], 0, self.buf.rows
+        for nm, w in parts:
+            blk = buf.reshape(-1)[off * rows:(off + w) * rows].reshape((rows, w))
+            self._linear(pre + nm, self.buf.x, blk, R, prompt, stream)
+            outs.append(blk[:R])
+            off += w
+        return outs
+
     def _gdn(self, l, R, S, mode, b: "Batch|None", stream):
         B, m, cc = self.buf, self._m, self.caches
         li = self.lin_idx[l]
@@ -628,15 +640,9 @@ class Runner:
             self._linear(pre + "in_all", B.x, B.u, R, prompt, stream)
             u = B.u[:R]
             qkv, z, bb, aa = u[:, :C], u[:, C:C + Vd], u[:, C + Vd:C + Vd + Hv], u[:, C + Vd + Hv:C + Vd + 2 * Hv]
-        else:  # formats differ: separate launches into contiguous column blocks of u viewed per part
-            outs = []
-            off = 0
-            for nm, w in (("in_proj_qkv", C), ("in_proj_z", Vd), ("in_proj_b", Hv), ("in_proj_a", Hv)):
-                blk = B.u.reshape(-1)[off * B.rows:(off + w) * B.rows].reshape((B.rows, w))
-                self._linear(pre + nm, B.x, blk, R, prompt, stream)
-                outs.append(blk[:R])
-                off += w
-            qkv, z, bb, aa = outs
+        else:  # formats differ: separate launches
+            qkv, z, bb, aa = self._unfused(pre, (("in_proj_qkv", C), ("in_proj_z", Vd), ("in_proj_b", Hv),
+                                                 ("in_proj_a", Hv)), B.u, R, prompt, stream)
         rs, par = m.view("row_slot", R), m.view("parent", R)
         seg = (m.view("seg_row0", S), m.view("seg_len", S), m.view("seg_slot", S))
         tail = cc.conv[li]
@@ -730,13 +736,11 @@ class Runner:
             norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
                                       self.eps, stream=stream, **_SIM_MB)
             gate_up = f"layers.{l}.mlp.gate_up"
-            if not a.has_linear(gate_up):  # gate and up in different formats: two GEMVs into halves of B.gu
+            if not a.has_linear(gate_up):  # gate and up in different formats: two launches
                 I = B.mi.shape[1]
-                g = B.gu.reshape(-1)[:B.rows * I].reshape((B.rows, I))
-                u = B.gu.reshape(-1)[B.rows * I:2 * B.rows * I].reshape((B.rows, I))
-                self._linear(f"layers.{l}.mlp.gate_proj", B.x, g, R, prompt, stream)
-                self._linear(f"layers.{l}.mlp.up_proj", B.x, u, R, prompt, stream)
-                activations.launch_silu_mul(g[:R], u[:R], B.mi[:R], stream=stream, **_SIM_MB)
+                g, u = self._unfused(f"layers.{l}.mlp.", (("gate_proj", I), ("up_proj", I)), B.gu, R, prompt,
+                                     stream)
+                activations.launch_silu_mul(g, u, B.mi[:R], stream=stream, **_SIM_MB)
             elif self._glu(gate_up, R, prompt):
                 self._linear(gate_up, B.x, B.mi, R, prompt, stream, glu=True)
             else:

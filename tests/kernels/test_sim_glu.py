@@ -20,8 +20,9 @@ import pytest
 from tensorfold.kernels import activations
 from tensorfold.kernels import affine as A
 from tensorfold.kernels import qgemv as Q
-from tensorfold.model import bf16, quant
-from tensorfold.reference import ops
+from tensorfold.model import quant
+
+from test_sim_qgemv import _ref
 
 rng = np.random.default_rng()
 
@@ -36,13 +37,7 @@ def _case(bits, group, K):
 
 
 def _oracle64(x, P, S, B, bits, group):
-    W = ops.affine_dequant(P, S, B, bits, group).astype(np.float64)
-    x64 = x.astype(np.float64)
-    y = x64 @ W.T
-    e = 1e-5 * (np.abs(x64) @ np.abs(W).T)
-    if bits != 8:  # qgemv's offset-128 codes (test_sim_qgemv's second term; only looser for the first kernel)
-        ax = np.abs(x64).reshape(x.shape[0], -1, group).sum(-1)
-        e = e + 2.0 ** -20 * 128.0 * (ax @ np.abs(bf16.to_f32(S).astype(np.float64)).T)
+    y, e = _ref(x, P, S, B, bits, group)  # the plain GEMV's reference and bound (test_sim_qgemv)
     g, u = y[:, :I_], y[:, I_:]
     eg, eu = e[:, :I_], e[:, I_:]
     sg = g / (1.0 + np.exp(-g))

@@ -10,6 +10,7 @@ step's logits are equal bit for bit (the simulator's GEMV computes every output 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.runtime.conftest import make_runner
 
@@ -67,19 +68,21 @@ def test_fused_step_equals_unfused(micro, micro_arena):
     assert np.array_equal(l1, l2)
 
 
-def test_gate_up_unfused_when_formats_differ(micro, micro_arena):
-    """One layer's up_proj with float32 scales (equal values, another format): that layer keeps gate_proj and
-    up_proj apart (two GEMVs into halves of the gate | up buffer, then ``silu_mul_k``), and a step's logits equal
-    the fused model's bit for bit."""
+@pytest.mark.parametrize("member,fused", [("layers.1.mlp.up_proj", "layers.1.mlp.gate_up"),
+                                          ("layers.0.linear_attn.in_proj_z", "layers.0.linear_attn.in_all")])
+def test_unfused_member_when_formats_differ(micro, micro_arena, member, fused):
+    """One member of a fusion with float32 scales (equal values, another format): that layer keeps the members apart
+    (``Runner._unfused``: one GEMV each into consecutive blocks of the shared buffer; for gate | up then
+    ``silu_mul_k``), and a step's logits equal the fused model's bit for bit."""
     rng = np.random.default_rng(12)
     from tensorfold.model import bf16
 
     t = dict(micro.tensors)
-    w = t["layers.1.mlp.up_proj"]
-    t["layers.1.mlp.up_proj"] = AffineWeight(w.packed, bf16.to_f32(np.asarray(w.scales)),
-                                             bf16.to_f32(np.asarray(w.biases)), w.bits, w.group_size)
+    w = t[member]
+    t[member] = AffineWeight(w.packed, bf16.to_f32(np.asarray(w.scales)), bf16.to_f32(np.asarray(w.biases)), w.bits,
+                             w.group_size)
     a2 = Arena.upload(t, micro.config, progress=False)
-    assert not a2.has_linear("layers.1.mlp.gate_up") and a2.has_linear("layers.0.mlp.gate_up")
+    assert not a2.has_linear(fused) and a2.has_linear(member) and micro_arena.has_linear(fused)
     r1 = make_runner(micro, micro_arena, slots=1, ctx=8, rows=2, prompt_rows=0)
     r2 = make_runner(micro, a2, slots=1, ctx=8, rows=2, prompt_rows=0)
     ids = [int(x) for x in rng.integers(0, 512, 2)]
