@@ -18,3 +18,6 @@ for n in plain glu; do
     echo "== source $n $?"; wc -c "$R/sass_$n.csv"
 done
 pack
+# the per-kernel profiles of one-stream decode at 9B and 27B (where the step's time goes, session 18's plan)
+dec 9b 9b --profile 1; grep -A24 "profile, 1 stream" "$R/decode_9b.txt"; pack
+dec 27b 27b --profile 1; grep -A24 "profile, 1 stream" "$R/decode_27b.txt"; pack
