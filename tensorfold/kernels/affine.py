@@ -94,7 +94,6 @@ from . import _kcache
 from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_begin, pdl_trigger, pdl_wait, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
-from . import norms as _norms
 from . import qgemv as _qgemv3
 from .activations import swiglu
 
@@ -636,24 +635,6 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
             a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
             outs += [f"h{s_}_{slot}", f"l{s_}_{slot}"]
     a("    return " + ", ".join(outs))
-    # the same with x = (h + d) * inv * m, the residual add and RMSNorm of ``norms.add_rms_norm`` (its expression
-    # order: v = h + d, then (v * inv) * m), for kernels with the norm fused into their x loads
-    a("def _tcxn(h, d, m, off, moff, inv):")
-    for f4 in range(cl // 4):
-        k4 = ", ".join(f"{{p}}{4 * f4 + e}" for e in range(4))
-        a(f"    {k4.format(p='a')} = _ldf_f32x4(d, off + {4 * f4})")
-        a(f"    {k4.format(p='b')} = _ldf_f32x4(h, off + {4 * f4})")
-        a(f"    {k4.format(p='m')} = _ldf_f32x4(m, moff + {4 * f4})")
-        for e in range(4):
-            k = 4 * f4 + e
-            a(f"    x{k} = (b{k} + a{k}) * inv * m{k}")
-    a("    p = x0")
-    for e in range(1, cl):
-        a(f"    p += x{e}")
-    for s_, (_, prs, _) in enumerate(steps):
-        for slot, (lo, hi) in enumerate(prs):
-            a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
-    a("    return " + ", ".join(outs))
     return "\n".join(L) + "\n"
 
 
@@ -665,7 +646,7 @@ def _tc_helpers(bits: int, group: int):
         exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
              glb)
         out = {}
-        for k in ("_tcdec", "_tcx", "_tcxn"):
+        for k in ("_tcdec", "_tcx"):
             f = glb[k]
             f.__module__ = __name__
             out[k] = devfn(f)
@@ -705,7 +686,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False, norm: tuple = ()) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -725,23 +706,14 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     first, ``I % 8 == 0``). m-tile ``T`` takes gate rows ``8 T ..`` as its rows 0-7 and the matching up rows
     ``I + 8 T ..`` as rows 8-15, so a lane's C entries ``i`` and ``i + 2`` are a gate sum and its up sum, and
     ``y [R, I]`` gets ``activations.swiglu`` of the pair: the bits of this kernel into ``[R, 2 I]`` followed by
-    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)
-
-    ``norm`` = (TPB, VPT), the geometry ``norms.norm_v_geometry`` gives the row width: the residual add and RMSNorm
-    fused into the x loads. The kernel is ``name(W, S, B, x, y, R, c0, c1, d, m, hn, eps)`` with ``x`` the residual
-    stream h, ``d`` the sublayer output to add, ``m`` the norm multiplier ([1, n]) and ``hn`` the new residual
-    ``h + d`` (written by the blocks of x and z index 0). After the PDL wait each block computes its rows' inverse
-    RMS as ``norms``' vectorized kernel does: virtual thread ``vt`` of ``TPB`` sums its ``VPT`` float4 columns
-    ``(vt + j TPB) * 4`` in order with fma, a warp butterfly per virtual warp, the virtual warps' sums in order;
-    the block's warps share the (row, virtual warp) items. Then x = (h + d) * inv * m, so y has the bits of
-    ``add_rms_norm`` followed by this GEMV."""
+    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)"""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
     L = []
     a = L.append
-    a(f"def {name}(W, S, B, x, y, R, c0, c1" + (", d, m, hn, eps):" if norm else "):"))
+    a(f"def {name}(W, S, B, x, y, R, c0, c1):")
     if _device.gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
@@ -749,11 +721,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    warp = tid >> 5")
     a("    g = lane >> 2")
     a("    t = lane & 3")
-    if norm:
-        TPBN, VPTN = norm
-        NWN = TPBN // 32
-        a(f"    nred = cuda.shared.array({8 * nt * NWN}, np.float32)")
-        a(f"    invs = cuda.shared.array({8 * nt}, np.float32)")
     if nw > 1:
         a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
     a("    out = W.shape[0]")
@@ -820,10 +787,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     # weights are never written by a kernel: the first iteration's loads above run before the wait, overlapping the
     # previous kernel's tail under PDL; x, y and the workspace are touched only after it
     a("    pdl_wait()")
-    if norm:
-        _norm_prologue(a, nt, nw, TPBN, VPTN)
-        for n in range(nt):
-            a(f"    inv{n} = invs[xr{n} - r0]")
     a("    for it in range(nit):")
     I = "        "
     a(f"{I}G0 = wb + it * {u}")
@@ -838,10 +801,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
-            if norm:
-                a(f"{I}p, {bnames.format(n=n)} = _tcxn(x, d, m, xo{n} + col, col + t * {cl}, inv{n})")
-            else:
-                a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
+            a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
             a(f"{I}p = _quad_sum(p)")
             a(f"{I}sxa{n}, sxb{n} = _shfl2(p, sa_lane, sb_lane)")
         for m in range(mt):
@@ -944,78 +904,32 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     return "\n".join(L) + "\n"
 
 
-def _norm_prologue(a, nt: int, nw: int, TPBN: int, VPTN: int):
-    """The fused-norm prologue of ``_gen_tc_source`` (after the PDL wait): ``invs[row - r0]`` for the block's rows
-    and, in the blocks of x and z index 0, ``hn = h + d``. Items (row, virtual warp) go to the warps in turn; the
-    loop count is the same for every warp (the simulator's warp sums are block barriers)."""
-    NWN = TPBN // 32
-    a(f"    nrow = min({8 * nt}, R - r0)")
-    a(f"    nitn = nrow * {NWN}")
-    a("    npit = x.shape[1]")
-    a("    wrh = cuda.blockIdx.x == 0 and kz == 0")
-    a(f"    for i0 in range(0, nitn, {nw}):")
-    J = "        "
-    a(f"{J}i = i0 + warp")
-    a(f"{J}ic = min(i, nitn - 1)")
-    a(f"{J}rr = r0 + ic // {NWN}")
-    a(f"{J}vt = (ic % {NWN}) * 32 + lane")
-    for j in range(VPTN):
-        a(f"{J}c{j} = (vt + {j * TPBN}) * 4")
-        a(f"{J}cc{j} = c{j} if c{j} < npit else 0")
-        a(f"{J}a{j}_0, a{j}_1, a{j}_2, a{j}_3 = _ldf_f32x4(d, rr * npit + cc{j})")
-        a(f"{J}b{j}_0, b{j}_1, b{j}_2, b{j}_3 = _ldf_f32x4(x, rr * npit + cc{j})")
-    a(f"{J}ss = np.float32(0.0)")
-    for j in range(VPTN):
-        a(f"{J}if c{j} < npit:")
-        for e in range(4):
-            a(f"{J}    v{e} = b{j}_{e} + a{j}_{e}")
-            a(f"{J}    ss = cuda.fma(v{e}, v{e}, ss)")
-        a(f"{J}    if wrh and i < nitn:")
-        for e in range(4):
-            a(f"{J}        hn[rr, c{j} + {e}] = v{e}")
-    a(f"{J}ss = warp_sum(ss)")
-    a(f"{J}if lane == 0 and i < nitn:")
-    a(f"{J}    nred[i] = ss")
-    a("    cuda.syncthreads()")
-    a("    if tid < nrow:")
-    a(f"        tot = nred[tid * {NWN}]")
-    for k in range(1, NWN):
-        a(f"        tot += nred[tid * {NWN} + {k}]")
-    a("        invs[tid] = np.float32(1.0) / np.float32(math.sqrt(tot / np.float32(npit) + eps))")
-    a("    cuda.syncthreads()")
-
-
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, norm: tuple = ()):
+                  pipe: bool = False, depth: int = 1, glu: bool = False):
     glu = bool(glu)
-    norm = tuple(norm or ())
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, norm)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
             name += f"d{depth}"
         if glu:
             name += "_glu"
-        if norm:
-            name += f"_rms{norm[0]}x{norm[1]}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
-                     _tc_sb_f=_tc_sb_f, math=math, _ldf_f32x4=_ldf_f32x4)
+                     _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, norm),
-                              extra)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, norm: tuple = ()):
-    norm = tuple(norm or ())
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), norm)
+                  pipe: bool = False, depth: int = 1, glu: bool = False):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, norm), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu), **kw)
     return _KCACHE[key]
 
 
@@ -1273,15 +1187,6 @@ def glu_ok(plan, out: int) -> bool:
     return isinstance(plan, _qgemv3.V3Plan) or (isinstance(plan, GemvPlan) and plan.tc and plan.ks == 1)
 
 
-def norm_ok(plan) -> bool:
-    """Whether the decode kernel of ``plan`` can take the residual add + RMSNorm of its input
-    (``launch_qgemv(..., norm=...)``): the first tensor-core kernel (any K split), for rows whose width has a
-    vectorized norm geometry (``norms.norm_v_geometry``). ``TENSORFOLD_NORM_FUSE=0`` turns it off."""
-    if os.environ.get("TENSORFOLD_NORM_FUSE", "1").strip() == "0":
-        return False
-    return isinstance(plan, GemvPlan) and plan.tc and _norms.norm_v_geometry(plan.inp) is not None
-
-
 def glu_faster(plan, out: int, rows: int) -> bool:
     """Whether a launch of ``rows`` rows should take the SwiGLU epilogue (same bits either way, so this is speed
     policy only): where :func:`glu_ok`, except qgemv launches with a piece of 1-4 rows (its one-n-tile kernel).
@@ -1295,32 +1200,20 @@ def glu_faster(plan, out: int, rows: int) -> bool:
 
 
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None, glu: bool = False, cnt=None, norm=None):
+                 no: int | None = None, glu: bool = False, cnt=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
     ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests).
     ``glu``: W is a fused gate | up weight (``out = 2 I``) and ``y [R, I]`` gets ``swiglu(gate, up)`` in the
     GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise). ``cnt``: qgemv's arrival counters
-    (``qgemv.new_counters``; default the shared set). ``norm = (d, mult, hn, eps)``: ``x`` is the residual stream
-    h and the GEMV reads ``add_rms_norm``'s output instead, ``hn[:R] = h + d`` and x = RMSNorm(h + d) * mult, with
-    that kernel's bits (never materialized); only where :func:`norm_ok` (a ValueError otherwise)."""
+    (``qgemv.new_counters``; default the shared set)."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group, _scale_kind(S))
     if glu and (no is not None or not glu_ok(plan, out) or y.shape[1] != out // 2):
         raise ValueError(f"launch_qgemv: no SwiGLU epilogue for this plan / shape ({plan}, y {tuple(y.shape)})")
-    nargs, ngeo = (), ()
-    if norm is not None:
-        if no is not None or not norm_ok(plan):
-            raise ValueError(f"launch_qgemv: no fused RMSNorm for this plan ({plan})")
-        d, mult, hn, eps = norm
-        if d.shape[1] != inp or hn.shape[1] != inp or mult.size != inp:
-            raise ValueError(f"launch_qgemv: fused RMSNorm arrays must be {inp} wide (d {tuple(d.shape)}, "
-                             f"hn {tuple(hn.shape)}, mult {tuple(mult.shape)})")
-        ngeo = _norms.norm_v_geometry(inp)
-        nargs = (d, mult.reshape((1, inp)), hn, np.float32(eps))
     if isinstance(plan, _qgemv3.V3Plan):
         if no is None:
             if _scale_kind(S) != "bf16":
@@ -1333,7 +1226,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu, ngeo)
+                          glu)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1342,11 +1235,11 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         grid = (-(-out // no), -(-R // rb), plan.ks)
     if plan.ks == 1:
         y3 = y.reshape((1,) + tuple(y.shape))
-        k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0), *nargs)
+        k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0))
     else:
         if ws is None:
             raise ValueError("launch_qgemv: plan.ks > 1 needs a workspace ws [ks, R, out] float32")
-        k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0), *nargs)
+        k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0))
         n = R * out
         _splitk_reduce[min(1024, -(-n // 256)), 256, stream](ws, y, np.int32(R))
     return y
@@ -1516,20 +1409,6 @@ def _specs():
         f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True)
         specs.append((f, _Q))
         hot.add(f.__name__)
-    # the residual add + RMSNorm fused into the x loads, at the 2B consumers' plans (GDN in_all, attention qkv,
-    # gate | up with and without the epilogue), both n-tiles
-    qn = _Q[:-1] + ", float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)"
-    geo = _norms.norm_v_geometry(2048, False)
-    for (out, inp), glu in (((8224, 2048), False), ((6144, 2048), False), ((12288, 2048), True),
-                            ((12288, 2048), False)):
-        p = plan_qgemv(out, inp, 4, 64)
-        if not (isinstance(p, GemvPlan) and p.tc):
-            continue
-        for nt in (1, 2):
-            f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=glu, norm=geo)
-            if f.__name__ not in hot:
-                specs.append((f, qn))
-                hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):

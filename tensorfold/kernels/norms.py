@@ -262,7 +262,7 @@ def _gen_norm_v_source(name: str, vpt: int, add: bool) -> str:
         if add:
             a(f"{I}    _st4(h, r, c{j}, v{j}_0, v{j}_1, v{j}_2, v{j}_3)")
         for e in range(4):
-            a(f"{I}    ss = cuda.fma(v{j}_{e}, v{j}_{e}, ss)")  # explicit: affine's fused-norm GEMVs repeat it
+            a(f"{I}    ss += v{j}_{e} * v{j}_{e}")
     a(f"{I}v = warp_sum(ss)")
     a(f"{I}if lane == 0:")
     a(f"{I}    red[par * 32 + warp] = v")

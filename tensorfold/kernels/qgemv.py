@@ -563,34 +563,29 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     T = nwp * 32
     ipt = -(-nitems // T)  # items per thread
     nq = cl // 4  # 16-byte loads an item
-    # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers).
-    # Items are those of the live rows only (rl = min(R, 4 nt) of them): a row past R has no x to prepare, and
-    # the mma columns of its fragments (left as they are in shared memory) feed only C columns that are never
-    # stored, so one row prepares a quarter of a one-n-tile chunk's items; every live item's arithmetic is the same.
+    # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
     PB = min(ipt, pb or max(1, 8 // nq))  # 8 16-byte loads: 136 registers at one n-tile, 168 at two (ptxas sm_90)
     nb = -(-ipt // PB)
-    a(f"{I}rl = min(R, {4 * nt})")
-    a(f"{I}nlive = {cg * 4} * rl")
     a(f"{I}for kbat in range({nb}):")
     I2 = I + "    "
-    a(f"{I2}if kbat * {PB * T} >= nlive:")
-    a(f"{I2}    break")
     for k in range(PB):
-        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, nlive - 1)")
+        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
         a(f"{I2}tt{k} = it{k} % 4")
-        a(f"{I2}r{k} = (it{k} // 4) % rl")
-        a(f"{I2}gl{k} = it{k} // (4 * rl)")
+        a(f"{I2}r{k} = (it{k} // 4) % {4 * nt}")
+        a(f"{I2}gl{k} = it{k} // {16 * nt}")
+        a(f"{I2}rr = min(r{k}, R - 1)")
+        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
         a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
         for q in range(nq):
-            a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, r{k}, base + {4 * q})")
+            a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
     for k in range(PB):
-        a(f"{I2}if tid + (kbat * {PB} + {k}) * {T} < nlive:")
+        a(f"{I2}if tid + (kbat * {PB} + {k}) * {T} < {nitems}:")
         K = I2 + "    "
         a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
         a(f"{K}prow = (gl{k} * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg}")
         for s_, (_, prs, _) in enumerate(steps):
             (l0, h0), (l1, h1) = prs
-            vs = [f"q{k}_{c // 4}[{c % 4}]" for c in (l0, h0, l1, h1)]
+            vs = [f"q{k}_{c // 4}[{c % 4}] * live{k}" for c in (l0, h0, l1, h1)]
             a(f"{K}h0, l0 = split_bf16x2({vs[0]}, {vs[1]})")
             a(f"{K}h1, l1 = split_bf16x2({vs[2]}, {vs[3]})")
             a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")

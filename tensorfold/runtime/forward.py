@@ -460,7 +460,6 @@ class Buffers:
         d = (lambda shape, dt: cuda.to_device(np.zeros(shape, dt))) if IS_SIM else cuda.device_array
         self.out_rows = out_rows = max(1, min(R, log_rows))  # rows whose logits a forward may ask for
         self.h, self.x, self.d, self.xs = d((R, H), f), d((R, H), f), d((R, H), f), d((out_rows, H), f)
-        self.h2 = d((R, H), f)  # the other residual buffer: a GEMV with the norm fused writes h + d here
         self.u = d((R, C + Vd + 2 * Hv), f)
         self.y, self.xlog1 = d((R, C), f), d((R, C), f)
         self.o, self.gn = d((R, Hv, Dv), f), d((R, Vd), f)
@@ -579,7 +578,6 @@ class Runner:
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
         self.glu_on = os.environ.get("TENSORFOLD_GLU", "1").strip() != "0"
-        self._h, self._pend = self.buf.h, None  # the residual buffer and the pending norm (see launch, _add_norm)
         self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
@@ -598,42 +596,10 @@ class Runner:
         ent = self.arena.linear(name)
         return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
-    def _add_norm(self, w, R, stream):
-        """The residual add + RMSNorm with multiplier ``w`` that produces the next linear's input: left pending
-        (``_pend``) so that linear may take it into its x loads (``_linear(..., sole=True)``); any other reader of
-        ``buf.x`` materializes it first (:meth:`_x_ready`)."""
-        self._x_ready(R, stream)
-        self._pend = w
-
-    def _x_ready(self, R, stream):
-        """Write the pending add + RMSNorm (h += d; x = RMSNorm(h) * w) with the standalone kernel."""
-        if self._pend is not None:
-            B = self.buf
-            norms.launch_add_rms_norm(B.d[:R], self._h[:R], self._pend, B.x[:R], self.eps, stream=stream,
-                                      **_SIM_MB)
-            self._pend = None
-
-    def _norm_fused(self, ent, R, prompt) -> bool:
-        """Whether the pending norm goes into this linear's GEMVs: GEMV rows (not prompt GEMMs), the first
-        tensor-core kernel (``affine.norm_ok``), not the simulator's host stand-ins. The same bits either way
-        (tests/kernels/test_sim_normfuse.py), so this is speed policy only."""
-        if self._pend is None or (IS_SIM and self.sim_stand_ins) or (prompt and R > 16):
-            return False
-        return ent["kind"] == "affine" and affine.norm_ok(ent["plan"])
-
-    def _linear(self, name, x, y, R, prompt, stream, glu=False, sole=False):
+    def _linear(self, name, x, y, R, prompt, stream, glu=False):
         """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows); ``glu`` (see
-        :meth:`_glu`): y[:R] = swiglu of W's gate and up halves. ``sole``: x is ``buf.x`` and this linear is its
-        only reader, so a pending add + RMSNorm may be fused into its GEMVs (:meth:`_norm_fused`)."""
+        :meth:`_glu`): y[:R] = swiglu of W's gate and up halves."""
         ent = self.arena.linear(name)
-        norm = None
-        if sole and self._norm_fused(ent, R, prompt):
-            B = self.buf
-            hn = B.h2 if self._h is B.h else B.h
-            x, norm = self._h, (B.d, self._pend, hn, self.eps)
-            self._h, self._pend = hn, None
-        else:
-            self._x_ready(R, stream)
         if IS_SIM and self.sim_stand_ins:
             glue.sim_linear(ent, x[:R], y[:R])
             return
@@ -646,10 +612,8 @@ class Runner:
             n = min(GEMV_ROWS, R - r0)
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
             if ent["kind"] == "affine":
-                nrm = None if norm is None else (norm[0][r0:r0 + n], norm[1], norm[2][r0:r0 + n], norm[3])
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
-                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt,
-                                    norm=nrm)
+                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt)
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
@@ -673,7 +637,7 @@ class Runner:
         C, Vd, Hv = self.C, self.Vd, self.Hv
         prompt = mode == "prompt"
         if self.arena.has_linear(pre + "in_all"):
-            self._linear(pre + "in_all", B.x, B.u, R, prompt, stream, sole=True)
+            self._linear(pre + "in_all", B.x, B.u, R, prompt, stream)
             u = B.u[:R]
             qkv, z, bb, aa = u[:, :C], u[:, C:C + Vd], u[:, C + Vd:C + Vd + Hv], u[:, C + Vd + Hv:C + Vd + 2 * Hv]
         else:  # formats differ: separate launches
@@ -720,7 +684,7 @@ class Runner:
         prompt = mode == "prompt"
         nH, nKV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         if B.qkv_fused:  # one GEMV; B.qg / B.kk / B.vv are [R, heads, width] views of its column blocks
-            self._linear(pre + "qkv", B.x, B.qkv, R, prompt, stream, sole=True)
+            self._linear(pre + "qkv", B.x, B.qkv, R, prompt, stream)
         else:
             self._linear(pre + "q_proj", B.x, B.qg, R, prompt, stream)
             self._linear(pre + "k_proj", B.x, B.kk, R, prompt, stream)
@@ -761,9 +725,6 @@ class Runner:
         self._m = m = meta or self.meta
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
-        # the residual stream lives in B.h or B.h2 (a GEMV with the norm fused writes h + d into the other one);
-        # the add + RMSNorm before a linear is pending until that linear fuses or materializes it
-        self._h, self._pend = B.h, None
         _embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream)
         norms.launch_rms_norm(B.h[:R], a.vec("layers.0.input_layernorm"), B.x[:R], self.eps, stream=stream, **_SIM_MB)
         L = c.num_hidden_layers
@@ -772,7 +733,8 @@ class Runner:
                 self._gdn(l, R, S, mode, batch, stream)
             else:
                 self._attn(l, R, mode, batch, stream)
-            self._add_norm(a.vec(f"layers.{l}.post_attention_layernorm"), R, stream)
+            norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
+                                      self.eps, stream=stream, **_SIM_MB)
             gate_up = f"layers.{l}.mlp.gate_up"
             if not a.has_linear(gate_up):  # gate and up in different formats: two launches
                 I = B.mi.shape[1]
@@ -780,14 +742,13 @@ class Runner:
                                      stream)
                 activations.launch_silu_mul(g, u, B.mi[:R], stream=stream, **_SIM_MB)
             elif self._glu(gate_up, R, prompt):
-                self._linear(gate_up, B.x, B.mi, R, prompt, stream, glu=True, sole=True)
+                self._linear(gate_up, B.x, B.mi, R, prompt, stream, glu=True)
             else:
-                self._linear(gate_up, B.x, B.gu, R, prompt, stream, sole=True)
+                self._linear(gate_up, B.x, B.gu, R, prompt, stream)
                 activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
             self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
             nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
-            self._add_norm(nxt, R, stream)
-        self._x_ready(R, stream)
+            norms.launch_add_rms_norm(B.d[:R], B.h[:R], nxt, B.x[:R], self.eps, stream=stream, **_SIM_MB)
         if mode == "step" and self.lin_idx:
             compact.launch_conv_commit(self.caches.conv, B.xlog, m.view("parent", R), m.view("seg_slot", S),
                                        m.view("seg_leaf", S), stream=stream, **_SIM_B1)
