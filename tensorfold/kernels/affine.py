@@ -635,19 +635,6 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
             a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
             outs += [f"h{s_}_{slot}", f"l{s_}_{slot}"]
     a("    return " + ", ".join(outs))
-    # bf16 x only (``TENSORFOLD_GEMV_XLO=0``): the same partial sum, each pair rounded once to bf16 (RNE)
-    a("def _tcxh(x, off):")
-    for f4 in range(cl // 4):
-        a(f"    x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, off + {4 * f4})")
-    a("    p = x0")
-    for e in range(1, cl):
-        a(f"    p += x{e}")
-    hs = ["p"]
-    for s_, (_, prs, _) in enumerate(steps):
-        for slot, (lo, hi) in enumerate(prs):
-            a(f"    h{s_}_{slot} = pack_bf16x2(x{lo}, x{hi})")
-            hs.append(f"h{s_}_{slot}")
-    a("    return " + ", ".join(hs))
     return "\n".join(L) + "\n"
 
 
@@ -659,7 +646,7 @@ def _tc_helpers(bits: int, group: int):
         exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
              glb)
         out = {}
-        for k in ("_tcdec", "_tcx", "_tcxh"):
+        for k in ("_tcdec", "_tcx"):
             f = glb[k]
             f.__module__ = __name__
             out[k] = devfn(f)
@@ -699,7 +686,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False, xlo: bool = True) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -719,10 +706,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     first, ``I % 8 == 0``). m-tile ``T`` takes gate rows ``8 T ..`` as its rows 0-7 and the matching up rows
     ``I + 8 T ..`` as rows 8-15, so a lane's C entries ``i`` and ``i + 2`` are a gate sum and its up sum, and
     ``y [R, I]`` gets ``activations.swiglu`` of the pair: the bits of this kernel into ``[R, 2 I]`` followed by
-    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)
-
-    ``xlo=False`` (opt-in, ``TENSORFOLD_GEMV_XLO=0``): x enters the mma as bf16 only (RNE), one mma a k-step instead
-    of hi and lo; the bias term keeps the float32 sum of x. What a bf16 engine computes; not the default."""
+    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)"""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
@@ -812,15 +796,12 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         loads(I, f"p{depth}_", f"G0 + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
     else:
         loads(I, "w", "G0")
-    if xlo:
-        bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
-    else:
-        bnames = ", ".join(f"bh{{n}}_{s_}_0, bh{{n}}_{s_}_1" for s_ in range(nstep))
+    bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
     for uu in range(u):
         a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
-            a(f"{I}p, {bnames.format(n=n)} = {'_tcx' if xlo else '_tcxh'}(x, xo{n} + col)")
+            a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
             a(f"{I}p = _quad_sum(p)")
             a(f"{I}sxa{n}, sxb{n} = _shfl2(p, sa_lane, sb_lane)")
         for m in range(mt):
@@ -830,7 +811,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             zeros = "np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)"
             for n in range(nt):
                 a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + f" = {zeros}")
-                if pipe and xlo:
+                if pipe:
                     a(f"{I}" + ", ".join(f"e{n}_{i}" for i in range(4)) + f" = {zeros}")
             per_word = {}
             for s_, (j, prs, dec) in enumerate(steps):
@@ -846,9 +827,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     dd = ", ".join(f"d{n}_{i}" for i in range(4))
                     ee = ", ".join(f"e{n}_{i}" for i in range(4))
                     A4 = f"pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}"
-                    if not xlo:
-                        a(f"{I}{dd} = mma_bf16({A4}, bh{n}_{s_}_0, bh{n}_{s_}_1, {dd})")
-                    elif pipe:
+                    if pipe:
                         a(f"{I}{dd} = mma_bf16({A4}, bh{n}_{s_}_0, bh{n}_{s_}_1, {dd})")
                         a(f"{I}{ee} = mma_bf16({A4}, bl{n}_{s_}_0, bl{n}_{s_}_1, {ee})")
                     else:
@@ -859,7 +838,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 a(f"{I}sa, ba, sb, bb = sa * vf, ba * vf, sb * vf, bb * vf")
                 for n in range(nt):
                     cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
-                    dd = ", ".join((f"d{n}_{i} + e{n}_{i}" if xlo else f"d{n}_{i}") for i in range(4))
+                    dd = ", ".join(f"d{n}_{i} + e{n}_{i}" for i in range(4))
                     a(f"{I}{cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
             else:
                 a(f"{I}if G0 + {uu} < we:")
@@ -926,41 +905,32 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, xlo: bool = True):
-    glu, xlo = bool(glu), bool(xlo)
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, xlo)
+                  pipe: bool = False, depth: int = 1, glu: bool = False):
+    glu = bool(glu)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
             name += f"d{depth}"
         if glu:
             name += "_glu"
-        if not xlo:
-            name += "_xh"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, xlo),
-                              extra)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, xlo: bool = True):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), bool(xlo))
+                  pipe: bool = False, depth: int = 1, glu: bool = False):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, xlo), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu), **kw)
     return _KCACHE[key]
-
-
-def gemv_xlo() -> bool:
-    """Whether the first tensor-core kernel feeds x to the mma as bf16 hi + lo (float32-class, the default) or as
-    bf16 only (``TENSORFOLD_GEMV_XLO=0``, an opt-in measurement: what a bf16 engine computes)."""
-    return os.environ.get("TENSORFOLD_GEMV_XLO", "1").strip() != "0"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1256,7 +1226,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu, gemv_xlo())
+                          glu)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
