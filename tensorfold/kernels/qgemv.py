@@ -817,12 +817,23 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     return _KCACHE[key]
 
 
+def _lb_on() -> bool:
+    """``TENSORFOLD_GEMV3_LB=0``: one-n-tile kernels without launch bounds (the code before session 18)."""
+    return os.environ.get("TENSORFOLD_GEMV3_LB", "1").strip() != "0"
+
+
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu))
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on())
     if key not in _KCACHE:
         kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
+        if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
+            # launch bounds of the default geometry (3 blocks of 32 nw threads an SM): told the occupancy, ptxas
+            # keeps the next iteration's weight loads early in the loop. Without them it placed them next to their
+            # uses in the SwiGLU-epilogue kernel (104 registers; 9B gate + up 36.1 against 29.3 us plain, session
+            # 18; benchmarks/sass_loads.py shows the placement). Register allocation only: the same bits.
+            kw["launch_bounds"] = (32 * nw, 3)
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu),
                                    **kw)
     return _KCACHE[key]
