@@ -4,7 +4,7 @@
 . benchmarks/_dec.sh
 out_dir s18h
 for lb in 1 0; do
-    TENSORFOLD_GEMV3_LB=$lb timeout 110 python3 benchmarks/bench_gemv3.py --no-old --rows 1,4 --shapes 2,3,4 --glu \
+    TENSORFOLD_GEMV3_LB=$lb timeout 70 python3 benchmarks/bench_gemv3.py --no-old --rows 1 --shapes 2,4 --glu \
         --configs "4,1,4,1,396" --out "$R/lb$lb" >"$R/gemv3_lb$lb.txt" 2>&1
     echo "== lb $lb rc $?"; grep "us " "$R/gemv3_lb$lb.txt" | grep -v Warn; pack
 done

@@ -795,14 +795,16 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False):
+def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag=""):
+    """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
+    (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else ""))
+                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
@@ -827,15 +829,16 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on())
     if key not in _KCACHE:
-        kw = {"max_registers": maxreg} if maxreg and not IS_SIM else {}
+        kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
             # launch bounds of the default geometry (3 blocks of 32 nw threads an SM): told the occupancy, ptxas
             # keeps the next iteration's weight loads early in the loop. Without them it placed them next to their
             # uses in the SwiGLU-epilogue kernel (104 registers; 9B gate + up 36.1 against 29.3 us plain, session
             # 18; benchmarks/sass_loads.py shows the placement). Register allocation only: the same bits.
             kw["launch_bounds"] = (32 * nw, 3)
-        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu),
-                                   **kw)
+            tag = "_lb3"
+        _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
+                                              tag), **kw)
     return _KCACHE[key]
 
 
