@@ -1192,8 +1192,10 @@ def glu_faster(plan, out: int, rows: int) -> bool:
     policy only): where :func:`glu_ok`, except qgemv launches with a piece of 1-4 rows (its one-n-tile kernel).
     Measured on the H200 (session 17, bench_gemv3 --glu, µs at 1 / 8 rows, plain -> epilogue; the plain figure
     leaves out the ~2 µs silu_mul launch): 2B gate+up (first kernel) 12.3 / 13.0 -> 12.0 / 13.3; 9B gate+up (qgemv)
-    29.0 / 46.9 -> 35.4 / 42.0; 27B 44.1 / 70.4 -> 56.2 / 64.6. ptxas gives qgemv's one-n-tile epilogue kernel 104
-    registers against 136 with the same main loop, and it streams slower; not understood yet."""
+    29.0 / 46.9 -> 35.4 / 42.0; 27B 44.1 / 70.4 -> 56.2 / 64.6. The one-row epilogue kernel was slow because ptxas
+    placed its loads next to their uses (104 registers); compiled with launch bounds since session 18 it is no
+    longer (1 row, one machine: 9B 27.8 plain against 29.3 epilogue, 27B 42.7 against 45.1), which with the silu
+    launch (~2 us) is break-even, so the policy stands."""
     if not glu_ok(plan, out):
         return False
     return not isinstance(plan, _qgemv3.V3Plan) or not 1 <= rows % 8 <= 4
