@@ -1,8 +1,9 @@
 """Offline SASS look at a decode-GEMV variant's main loop: where ptxas puts the weight loads relative to their first
 use (session 18: qgemv's epilogue kernel at depth 1 was slower because its loads were placed close to their uses).
 
-Needs ``ptxas`` (CUDA toolkit) and ``nvdisasm``: ``NVDISASM=/path/to/nvdisasm`` (the device machine has one in
-/usr/local/cuda/bin; the kernels compile here from PTX for sm_90 with a stand-in device, no GPU).
+Needs ``ptxas`` (CUDA toolkit) and ``nvdisasm``: ``NVDISASM=/path/to/nvdisasm``. The device machine has one in
+/usr/local/cuda/bin; a device call ``cp /usr/local/cuda/bin/nvdisasm $OUT/`` brings it here (session 18 kept it in
+the git-ignored ``.tools/``). The kernels compile here from PTX for sm_90 with a stand-in device, no GPU.
 
     python benchmarks/sass_loads.py "qgemv:24576,4096" "qgemv:24576,4096,glu" "qgemv:24576,4096,glu,d2"
 
