@@ -249,24 +249,27 @@ def _format(results) -> str:
     return "\n".join(lines)
 
 
-def test_compile_tier():
+def run_worker(path: str, drop_env=()) -> dict:
+    """Run ``path --worker`` in a fresh process (no simulator, no kernel disk cache: generated sources are exec'd
+    as before, no files in the user's cache) and return the JSON of its last ``{`` line; skips the test when the
+    worker reports ``skip``. ``drop_env``: environment variables the worker must not inherit."""
     env = dict(os.environ)
+    for k in drop_env:
+        env.pop(k, None)
     env["NUMBA_ENABLE_CUDASIM"] = "0"
-    env["TENSORFOLD_KERNEL_CACHE"] = "0"  # generated sources exec'd as before (no files in the user's cache)
+    env["TENSORFOLD_KERNEL_CACHE"] = "0"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=900,
-    )
+    p = subprocess.run([sys.executable, os.path.abspath(path), "--worker"], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=900)
     assert p.returncode == 0, f"compile worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
-    last = [ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1]
-    data = json.loads(last)
+    data = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
     if "skip" in data:
         pytest.skip(data["skip"])
+    return data
+
+
+def test_compile_tier():
+    data = run_worker(__file__)
     results = data["results"]
     print(_format(results))
     if data["ptxas"] is None:

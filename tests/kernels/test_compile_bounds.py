@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -61,16 +60,9 @@ def _worker() -> int:
 
 
 def test_qgemv_launch_bounds():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", TENSORFOLD_KERNEL_CACHE="0")
-    env.pop("TENSORFOLD_GEMV3_LB", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker"], capture_output=True, text=True,
-                       env=env, cwd=ROOT, timeout=900)
-    assert p.returncode == 0, f"worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
-    data = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
-    if "skip" in data:
-        pytest.skip(data["skip"])
-    for r in data["results"]:
+    from test_compile import run_worker
+
+    for r in run_worker(__file__, drop_env=("TENSORFOLD_GEMV3_LB",))["results"]:
         print(r)
         nthr = 32 * r["nw"]
         one, two, cap = r["nt1_r0"], r["nt2_r0"], r["nt1_r128"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -63,15 +62,9 @@ def _worker() -> int:
 
 
 def test_pdl_forms_sm90():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", TENSORFOLD_KERNEL_CACHE="0")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker"], capture_output=True, text=True,
-                       env=env, cwd=ROOT, timeout=900)
-    assert p.returncode == 0, f"worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
-    data = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
-    if "skip" in data:
-        pytest.skip(data["skip"])
-    res = data["results"]
+    from test_compile import run_worker
+
+    res = run_worker(__file__)["results"]
     assert len(res) == len(SAMPLE)
     for r in res:
         print(r)
