@@ -59,6 +59,8 @@ def _cubin(pyfunc, sig) -> str:
     r = subprocess.run(["ptxas", "-arch=sm_90", "-v", src, "-o", out], check=True, capture_output=True, text=True)
     m = re.search(r"Used (\d+) registers", r.stdout + r.stderr)
     _cubin.regs = int(m.group(1)) if m else None
+    sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stdout + r.stderr)
+    _cubin.spills = (int(sp.group(1)), int(sp.group(2))) if sp else None
     return out
 
 
@@ -159,6 +161,7 @@ def main(argv):
         f, sig = _spec(spec)
         r = loop_report(_sass(_cubin(f, sig)))
         r["registers"] = _cubin.regs
+        r["spill_bytes"] = _cubin.spills
         print(f"{spec:36s} {r}", flush=True)
 
 
