@@ -6,7 +6,7 @@ serves none of them; GB/s = (weights + scales + x + y bytes) / time, as a share 
 
     python3 benchmarks/bench_gemv3.py --configs "4,1,4,1,396;4,1,4,2,396" --rows 1,8 --out DIR
 
-A config is ``nw,mt,u,depth,blocks[,stages,pb,occ1]`` (``qgemv.plan``'s knobs; the tile-layout column of session
+A config is ``nw,mt,u,depth,blocks[,stages,pb,occ1,cg]`` (``qgemv.plan``'s knobs; cg: groups a K chunk, 0 the plan's; the tile-layout column of session
 11's calls, measured at b44290d and not adopted, is gone). ``--custom "out,in;..."`` adds shapes (e.g. a size sweep
 at one K, whose line gives a kernel's fixed cost and its streaming rate). ``--tcplans "w16;pipe:u=2"`` times the
 first kernel's variants (``affine.TC_VARIANTS``), each with optional ``plan_tc`` overrides. Writes ``gemv3_<commit>.json`` and prints
@@ -124,10 +124,13 @@ def main(argv=None):
                 plans.append((f"old {spec}", A.plan_tc(out, inp, bits, group, variant=v, **kw)))
             for c in configs:
                 nw, mt, u, depth, blocks = c[:5]
-                stages, pb, occ1 = (list(c[5:8]) + [0, 0, 0])[:3]
+                stages, pb, occ1, cg = (list(c[5:9]) + [0, 0, 0, 0])[:4]
+                ng = inp // group
+                if cg and ng % cg:  # a chunk size this shape cannot take: its largest divisor not above cg
+                    cg = max(d for d in range(1, cg + 1) if ng % d == 0 and d % u == 0)
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
-                                     stages=stages, pb=pb, occ1=occ1)))
+                                     stages=stages, pb=pb, occ1=occ1, cg=cg or None)))
             forms = [(nm, p, False) for nm, p in plans]
             if args.glu:
                 forms += [(nm + " glu", p, True) for nm, p in plans if A.glu_ok(p, out)]

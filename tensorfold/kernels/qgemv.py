@@ -62,7 +62,7 @@ from numba import cuda
 from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      pdl_trigger, pdl_wait)
+                      pdl_trigger, pdl_wait, warp_sync)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -828,8 +828,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
     a("                if old == ks - 1:")
     a("                    isl = 1")
+    # lastf is the warp's own: a warp barrier (a block one made the block's warps wait for its slowest main loop
+    # before any could complete its tiles; TENSORFOLD_GEMV3_EPI=block restores it)
+    bsync = "cuda.syncthreads()" if _epi_block() else "warp_sync()"
     a("            lastf[warp * 32 + lane] = isl")
-    a("            cuda.syncthreads()")
+    a(f"            {bsync}")
     a("            for jj in range(min(32, mtw - j0)):")
     a("                if lastf[warp * 32 + jj] == 1:")
     a("                    cuda.threadfence()")
@@ -860,7 +863,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("                            y[r, o] = tot")
     a("                    if lane == 0:")
     a("                        cnt[wid + (j0 + jj) * nwt] = 0")
-    a("            cuda.syncthreads()")
+    a(f"            {bsync}")
     return "\n".join(L) + "\n"
 
 
@@ -873,16 +876,17 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, l2d)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, l2d, _epi_block())
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + (f"_l{l2d}" if l2d else "") + tag)
+                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + (f"_l{l2d}" if l2d else "")
+                + ("_eb" if _epi_block() else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, l2d))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "l2_prefetch": l2_prefetch, "ld_w1": ld_w1,
-               "ld_w2": ld_w2, "ld_w4": ld_w4,
+               "ld_w2": ld_w2, "ld_w4": ld_w4, "warp_sync": warp_sync,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
@@ -891,6 +895,11 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         fn = _kcache.build(name, src, glb, __name__)
         _KCACHE[key] = fn
     return _KCACHE[key]
+
+
+def _epi_block() -> bool:
+    """``TENSORFOLD_GEMV3_EPI=block``: the split-K completion's barriers block-wide (the code before session 19)."""
+    return os.environ.get("TENSORFOLD_GEMV3_EPI", "warp").strip() == "block"
 
 
 def _lb_on() -> bool:
@@ -902,7 +911,8 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
                l2d=0):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), l2d)
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), l2d,
+           _epi_block())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
