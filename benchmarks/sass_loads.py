@@ -148,7 +148,7 @@ def _spec(spec: str):
     pb = next((int(f[2:]) for f in flags if f.startswith("pb")), 0)
     nt = 2 if "nt2" in flags else 1
     l2d = next((int(f[1:]) for f in flags if f.startswith("l")), 0)
-    f = Q.get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, depth, pb=pb, glu="glu" in flags, l2d=l2d)
+    f = Q.get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, depth, pb=pb, glu="glu" in flags, l2d=l2d, noc="noc" in flags)
     return f, Q._SIG
 
 

@@ -443,21 +443,6 @@ else:
         return _warp_argmax_pair((v, idx))
 
 
-if not IS_SIM:
-
-    @cuda.jit(device=True, inline=True)
-    def warp_sync():
-        """the warp's lanes meet here (``bar.warp.sync``); their shared-memory writes before it are visible after"""
-        cuda.syncwarp()
-
-else:
-
-    @cuda.jit(device=True)
-    def warp_sync():
-        # the simulator has no warp barrier: a block barrier is a stronger one (callers reach it block-uniformly)
-        cuda.syncthreads()
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # bf16 <-> f32 (uint16 storage)
 # ----------------------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from numba import cuda
 from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      pdl_trigger, pdl_wait, warp_sync)
+                      pdl_trigger, pdl_wait)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -369,7 +369,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                l2d: int = 0) -> str:
+                l2d: int = 0, noc: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -679,6 +679,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
+    if noc:
+        a("    xacc = np.uint32(0)")
     if pf:  # every warp runs pf rounds (block barriers between them when kp > 1)
         a(f"    for jt in range({pf}):")
         a("        if jt < ntw:")
@@ -725,7 +727,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 loads(J, f"p{depth}_", "c", tgt)
             else:
                 loads(J, f"p{depth}_", "n", tgt - nit)
-        for uu in range(u):
+        if noc:  # diagnostic: the loads without the arithmetic (every word folded in, so none is dropped)
+            a(f"{J}xacc = xacc ^ " + " ^ ".join(f"p0_{nm}" for nm in ring_names() if not nm.startswith("sel")))
+        for uu in range(u if not noc else 0):
             for s_ in range(spg):
                 for n in range(nt):
                     a(f"{J}qv = xb[lane + {lin(it, u * spg * nt * 32, (uu * spg + s_) * nt * 32 + n * 32)}]")
@@ -780,6 +784,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             for q in range(1, kp):
                 a(f"{J}{nm} += red[(({q * nts} + ts) * {NV} + {v}) * 32 + lane]")
     # the tile's sums out, accumulators reset, the next tile's bases become current
+    if noc:
+        for nm in accs:
+            a(f"{J}{nm} += np.float32(xacc & np.uint32(1))")
     for m in range(mt):
         for n in range(nt):
             if glu:
@@ -828,11 +835,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
     a("                if old == ks - 1:")
     a("                    isl = 1")
-    # lastf is the warp's own: a warp barrier (a block one made the block's warps wait for its slowest main loop
-    # before any could complete its tiles; TENSORFOLD_GEMV3_EPI=block restores it)
-    bsync = "cuda.syncthreads()" if _epi_block() else "warp_sync()"
+    # lastf is each warp's own, yet block barriers here: warp barriers (bar.warp.sync) made 9B gate + up 28.0 ->
+    # 32.1 us and 9B down 18.5 -> 22.1 us at one row (session 19, call 3)
     a("            lastf[warp * 32 + lane] = isl")
-    a(f"            {bsync}")
+    a("            cuda.syncthreads()")
     a("            for jj in range(min(32, mtw - j0)):")
     a("                if lastf[warp * 32 + jj] == 1:")
     a("                    cuda.threadfence()")
@@ -863,7 +869,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("                            y[r, o] = tot")
     a("                    if lane == 0:")
     a("                        cnt[wid + (j0 + jj) * nwt] = 0")
-    a(f"            {bsync}")
+    a("            cuda.syncthreads()")
     return "\n".join(L) + "\n"
 
 
@@ -871,22 +877,22 @@ _KCACHE: dict = {}
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               l2d=0):
+               l2d=0, noc=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, l2d, _epi_block())
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, l2d, noc)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + (f"_l{l2d}" if l2d else "")
-                + ("_eb" if _epi_block() else "") + tag)
+                + ("_noc" if noc else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, l2d))
+                                            glu, l2d, noc))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "l2_prefetch": l2_prefetch, "ld_w1": ld_w1,
-               "ld_w2": ld_w2, "ld_w4": ld_w4, "warp_sync": warp_sync,
+               "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
@@ -897,9 +903,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     return _KCACHE[key]
 
 
-def _epi_block() -> bool:
-    """``TENSORFOLD_GEMV3_EPI=block``: the split-K completion's barriers block-wide (the code before session 19)."""
-    return os.environ.get("TENSORFOLD_GEMV3_EPI", "warp").strip() == "block"
+def _noc() -> bool:
+    """``TENSORFOLD_GEMV3_NOC=1``, a diagnostic for benchmarks only (wrong results): the register-ring kernels issue
+    their loads and skip the dequantize-and-mma work, so a run shows what the load structure alone costs."""
+    return os.environ.get("TENSORFOLD_GEMV3_NOC", "0").strip() == "1"
 
 
 def _lb_on() -> bool:
@@ -912,7 +919,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), l2d,
-           _epi_block())
+           _noc())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -923,7 +930,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, l2d), **kw)
+                                              tag, l2d, _noc()), **kw)
     return _KCACHE[key]
 
 
