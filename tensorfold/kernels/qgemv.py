@@ -148,23 +148,6 @@ if not IS_SIM:
 
         return sig, codegen
 
-    @_intrinsic
-    def l2_prefetch(typingctx, arr, off):
-        """a hint: the 128-byte line holding element ``off`` of ``arr`` is fetched into L2 (``prefetch.global.L2``,
-        every cc); no register waits for it and no result depends on it"""
-        if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
-            return None
-        sig = _types.void(arr, off)
-
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
-            asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [p.type]), "prefetch.global.L2 [$0];", "l",
-                                side_effect=True)
-            builder.call(asm, [p])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
 else:
 
     def _flat(arr):
@@ -198,13 +181,6 @@ else:
     @cuda.jit(device=True)
     def ld_cg_f32(arr, off):
         return arr.reshape(-1)[off]
-
-    SIM_L2: list = []  # (element bytes, element offset) of every simulated prefetch, for the tests
-
-    @cuda.jit(device=True)
-    def l2_prefetch(arr, off):
-        assert 0 <= off < arr.size  # a hint only, but its address must lie in the array
-        SIM_L2.append((arr.dtype.itemsize, int(off)))
 
 
 if not IS_SIM:
@@ -369,7 +345,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                l2d: int = 0, noc: bool = False) -> str:
+                noc: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -401,14 +377,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     16-row m-tile ``T`` reads gate rows ``8 T .. 8 T + 7`` as its rows 0-7 and the matching up rows ``I + 8 T ..``
     as rows 8-15, so lane (g, t) holds a gate sum and its up sum, and ``y [R, I]`` gets ``swiglu(gate, up)``
     (``activations.swiglu``: the bits of the GEMV into ``[R, 2 I]`` followed by ``silu_mul_fused_k``). With
-    several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them.
-
-    ``l2d`` > 0 (the register ring only): L2 prefetch ``l2d`` tiles ahead. Before ``pdl_wait`` a warp asks L2 for
-    the weight and scale / bias lines of its first ``l2d`` tiles (``prefetch.global.L2``, a few an lane), and as it
-    starts tile ``j`` for those of tile ``j + l2d``; its register loads then wait on L2, not DRAM, and the DRAM
-    stream runs during the x preparation. A hint only: the same loads and arithmetic, hence the same bits."""
+    several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them."""
     nwp = max(nwp, nw)
-    assert not l2d or not (pf or stages)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
     lw, cl, steps = _lane_layout(bits, group)
@@ -508,43 +478,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
                         a(f"{ind}{names} = {lds}({arr}, so{h}{m}{suf} + {it * u})")
 
-    def l2pref(ind, jexpr):
-        """L2 prefetch of the lines of the warp's tile ``jexpr`` (nothing past its last tile): weights first (``lpr``
-        lines a row), then scales and biases (``spr`` lines a row each), spread over the lanes"""
-        lpr = -(-cg * wpg * 4 // 128)
-        spr = -(-cg * 2 // 128)
-        nW, nS = TR * lpr, TR * spr
-        ntot = nW + 2 * nS
-        a(f"{ind}pt = wid + ({jexpr}) * nwt")
-        a(f"{ind}if pt < ntile:")
-        I = ind + "    "
-        a(f"{I}pob = pt * {TR}")
-
-        def rowmap(K, pi):
-            if glu:  # tile row pi: gate row (pob / 2 + 8 m + i) for i < 8, its up row for i >= 8
-                a(f"{K}pii = ({pi}) % 16")
-                a(f"{K}prow = min((pob >> 1) + (({pi}) // 16) * 8 + (pii & 7), hout - 1)")
-                a(f"{K}prow = prow + hout if pii >= 8 else prow")
-            else:
-                a(f"{K}prow = min(pob + ({pi}), out - 1)")
-
-        for k in range(-(-ntot // 32)):
-            lo, hi = 32 * k, 32 * k + 31
-            a(f"{I}pe = lane + {32 * k}")
-            parts = [("W", 0, nW, lpr, "wpitch", f"G1 * {wpg}", 32),
-                     ("S", nW, nW + nS, spr, "spitch", "G1", 64),
-                     ("B", nW + nS, ntot, spr, "spitch", "G1", 64)]
-            kw = "if"
-            for arr, p0, p1, per, pitch, base, step in parts:
-                if p1 <= lo or p0 > hi or p1 == p0:
-                    continue
-                a(f"{I}{kw} pe < {p1}:")
-                kw = "elif"
-                K = I + "    "
-                a(f"{K}pq = pe - {p0}")
-                rowmap(K, f"pq // {per}")
-                a(f"{K}l2_prefetch({arr}, prow * {pitch} + {base} + (pq % {per}) * {step})")
-
     def piece(st, k):
         if pf:
             return f"{XBW} + ((warp * {SPW} + {st}) * {NP} + {k}) * 32 + lane"
@@ -617,8 +550,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     else:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
-        for jt in range(l2d):
-            l2pref("    ", str(jt))
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
     # tail under PDL (kernels._pdl); x, y, the workspace and the counters are touched only after it
     a("    pdl_wait()")
@@ -696,8 +627,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             a(f"{J}    cpa_wait{pf - 1 - jt}()")
     else:
         bases(J, "n", "min(jt + 1, ntw - 1)")
-        if l2d:
-            l2pref(J, f"jt + {l2d}")
     JT = J
     its = list(range(nit))
     if pf:  # words come from shared memory at any offset: one loop body instead of nit unrolled copies
@@ -877,22 +806,20 @@ _KCACHE: dict = {}
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               l2d=0, noc=False):
+               noc=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, l2d, noc)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + (f"_l{l2d}" if l2d else "")
-                + ("_noc" if noc else "") + tag)
+                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, l2d, noc))
+                                            glu, noc))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
-               "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "l2_prefetch": l2_prefetch, "ld_w1": ld_w1,
-               "ld_w2": ld_w2, "ld_w4": ld_w4,
+               "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
@@ -914,12 +841,10 @@ def _lb_on() -> bool:
     return os.environ.get("TENSORFOLD_GEMV3_LB", "1").strip() != "0"
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               l2d=0):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), l2d,
-           _noc())
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -930,7 +855,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, l2d, _noc()), **kw)
+                                              tag, _noc()), **kw)
     return _KCACHE[key]
 
 
@@ -961,7 +886,6 @@ class V3Plan:
     pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
-    l2d: int = 0  # register-ring launches: L2 prefetch this many tiles ahead (0: none; ``_gen_source``)
 
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
@@ -1072,7 +996,7 @@ def _tuning():
 
 
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
-         cg=None, stages=None, pb=None, occ1=None, l2d=None) -> V3Plan:
+         cg=None, stages=None, pb=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
     and that still gives ``blocks * nw`` (tile, chunk) pairs; groups an iteration a divisor of the chunk."""
     tu = _tuning()
@@ -1098,16 +1022,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1,
-                  l2d=l2_tiles() if l2d is None else l2d)
-
-
-def l2_tiles() -> int:
-    """``TENSORFOLD_GEMV3_L2``: tiles a warp prefetches into L2 ahead of its loads (``_gen_source``'s ``l2d``)."""
-    v = os.environ.get("TENSORFOLD_GEMV3_L2", "0").strip() or "0"
-    if not v.isdigit() or int(v) > 4:
-        raise ValueError(f"TENSORFOLD_GEMV3_L2={v!r}: expected 0..4 tiles")
-    return int(v)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
 
 
 def pf_tuning() -> dict | None:
@@ -1257,9 +1172,8 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
-        st = p.stages_for(nt)
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
-                       l2d=0 if st else p.l2d)
+        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
+                       glu=glu)
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 

@@ -283,30 +283,3 @@ def test_private_counters():
     y2 = np.full_like(y0, np.nan)
     Q.launch(P, S, B, x, y2, p, 3, ws=np.full((p.ks, 3, out), np.nan, np.float32), cnt=bad)
     assert np.isnan(y2).any() and not Q.counters().any()
-
-
-@pytest.mark.parametrize("glu,l2d", [(False, 1), (False, 2), (True, 1)])
-def test_l2_prefetch_same_bits_and_covers_every_line(glu, l2d):
-    """The L2 prefetch (``l2d`` tiles ahead) is a hint: the same bits as without it, 1 and 6 rows, plain and SwiGLU
-    forms; and it asks for every 128-byte line of the weights and of the scales / biases the launch reads (each
-    warp's first ``l2d`` tiles before the x preparation, tile j + l2d as it starts tile j), never past an array."""
-    bits, group, out, K = 4, 64, 144, 512  # 9 row tiles over 4 warps: 2-3 tiles a warp, two chunks
-    P, S, B = _case(bits, group, out, K)
-    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=2, depth=1, blocks=4)
-    pre = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=2, depth=1, blocks=4, l2d=l2d)
-    assert pre.ks == 2 and pre.grid_x(1) == 2
-    for R in (1, 6):
-        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
-        y0 = np.full((R, out // 2 if glu else out), np.nan, np.float32)
-        y1 = y0.copy()
-        ws = np.full((pre.ks, R, out), np.nan, np.float32)
-        Q.launch(P, S, B, x, y0, base, R, ws=ws, glu=glu)
-        Q.SIM_L2.clear()
-        Q.launch(P, S, B, x, y1, pre, R, ws=ws, glu=glu)
-        assert not np.isnan(y0).any()
-        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))
-        words = {off // 32 for nb, off in Q.SIM_L2 if nb == 4}  # W rows are 64 words: 2 lines each
-        halves = {off // 64 for nb, off in Q.SIM_L2 if nb == 2}  # S / B rows are 8 groups: a line holds 8 rows
-        assert words == set(range(P.size // 32)), "weight lines not prefetched"
-        assert {(r * S.shape[1] + c) // 64 for r in range(out) for c in range(S.shape[1])} <= halves
-        assert not Q.counters().any()
