@@ -16,6 +16,7 @@ a table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -82,6 +83,23 @@ def _region_kernel():
     return read_regions
 
 
+def swept_copies(ctx, mats, bits, group, plans):
+    """{u: [(Wswept, S, B, keep)]}: the weight copies in ``qgemv.sweep_pack``'s layout for each plan's u (one host
+    pack of the first copy, uploaded as many times as there are copies, so rotating still defeats L2)"""
+    from tensorfold.kernels import qgemv as Q
+
+    cp, cuda = ctx["cp"], ctx["cuda"]
+    P, S, B = (cp.asnumpy(a) for a in mats[0][3:6])
+    res = {}
+    for u in sorted({p.u for _, p in plans if isinstance(p, Q.V3Plan) and p.u in (2, 4)}):
+        host = Q.sweep_pack(P, S, B, bits, group, u)
+        res[u] = []
+        for m in mats:
+            d = cp.asarray(host)
+            res[u].append((cuda.as_cuda_array(d), m[1], m[2], d))
+    return res
+
+
 def read_floor(ctx, bk, bw, mbs, res):
     cuda = ctx["cuda"]
     k = _read_kernel()
@@ -119,6 +137,8 @@ def main(argv=None):
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
+    ap.add_argument("--swept", action="store_true", help="time each qgemv plan on the swept layout too "
+                    "(qgemv.sweep_pack of the same weights; same bits)")
     ap.add_argument("--glu", action="store_true", help="time each plan's SwiGLU-epilogue form too (gate | up "
                     "weights: y [R, out / 2]; the shape's out must be a multiple of 16)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -145,6 +165,7 @@ def main(argv=None):
     for model, label, out, inp in shapes:
         bits, group = 4, 64
         wbytes, mats = bk.affine_copies(ctx, out, inp, bits, group)
+        smats = None
         for R in rows:
             x, _x = ctx["rand_f32"]((R, inp))
             y = cuda.device_array((R, out), dtype="float32")
@@ -164,18 +185,24 @@ def main(argv=None):
                 plans.append((f"v3p {','.join(str(v) for v in c)}",
                               Q.plan(out, inp, bits, group, nw=nw, mt=mt, u=u, depth=depth, blocks=blocks,
                                      stages=stages, pb=pb, occ1=occ1, cg=cg or None)))
-            forms = [(nm, p, False) for nm, p in plans]
+            forms = [(nm, p, False, mats) for nm, p in plans]
             if args.glu:
-                forms += [(nm + " glu", p, True) for nm, p in plans if A.glu_ok(p, out)]
-            for name, p, glu in forms:
+                forms += [(nm + " glu", p, True, mats) for nm, p in plans if A.glu_ok(p, out)]
+            if args.swept:
+                smats = smats or swept_copies(ctx, mats, bits, group, plans)
+                forms += [(nm + " sw", dataclasses.replace(p, sw=True), False, smats[p.u]) for nm, p in plans
+                          if isinstance(p, Q.V3Plan) and p.u in smats]
+            for name, p, glu, mats_ in forms:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 
                 def mk(m, p=p, ws=ws, x=x, y=(yg if glu else y), R=R, keep=_x, glu=glu):
+                    if getattr(p, "sw", False):  # the swept layout: qgemv directly (affine knows only MLX arrays)
+                        return lambda s: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s)
                     return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
                                                     glu=glu)
 
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
-                               launches=[mk(m) for m in mats])
+                               launches=[mk(m) for m in mats_])
                 try:
                     sec, how = bk.time_case(case, ctx)
                 except Exception as e:  # noqa: BLE001
@@ -191,7 +218,7 @@ def main(argv=None):
                 print(f"{model} {label} {out}x{inp} R={R} {name:24s} {us:8.1f} us {gbs:7.0f} GB/s "
                       f"{100 * gbs / bw:5.1f} %  ({geo})", flush=True)
             del x, _x
-        del mats
+        del mats, smats
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"gemv3_{commit}.json"), "w") as f:
         json.dump(dict(commit=commit, copy_gbs=bw, rows=res), f, indent=1)

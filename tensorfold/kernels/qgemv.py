@@ -345,7 +345,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False) -> str:
+                noc: bool = False, sw: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -379,6 +379,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     (``activations.swiglu``: the bits of the GEMV into ``[R, 2 I]`` followed by ``silu_mul_fused_k``). With
     several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them."""
     nwp = max(nwp, nw)
+    assert not sw or (u in (2, 4) and not (glu or pf or stages) and kp == 1)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
     lw, cl, steps = _lane_layout(bits, group)
@@ -423,7 +424,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
     if kp > 1:
         a(f"    red = cuda.shared.array({kp * nts * NV * 32}, np.float32)")  # part sums of the slots' tiles
-    a("    out = W.shape[0]")
+    # the swept layout (``sweep_pack``): W is [pieces, PW]; y gives the row count
+    PWs = 16 * u * wpg + 16 * u  # words of a piece: 16 rows x u groups of codes, then their scales and biases
+    a("    out = y.shape[1]" if sw else "    out = W.shape[0]")
+    if sw:
+        a("    nt16 = (out + 15) // 16")
+        a(f"    istride = nt16 * {PWs}")  # words from one iteration's pieces to the next's
     if glu:
         a("    hout = out >> 1")
     a("    bx = cuda.blockIdx.x")
@@ -452,6 +458,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     def bases(ind, suf, jexpr):
         """row offsets (weights, scales) of the lane's rows in tile ``jexpr`` of this warp (rows clamped)"""
         a(f"{ind}ob{suf} = (wid + ({jexpr}) * nwt) * {TR}")
+        if sw:  # the piece of (the chunk's first iteration, 16-row unit): rows, then scales, then biases
+            for m in range(mt):
+                a(f"{ind}pu{suf} = ((G1 // {u}) * nt16 + min((ob{suf} >> 4) + {m}, nt16 - 1)) * {PWs}")
+                for h, dr in (("a", 0), ("b", 8)):
+                    a(f"{ind}wo{h}{m}{suf} = pu{suf} + (g + {dr}) * {u * wpg} + t * {lw}")
+                    a(f"{ind}so{h}{m}{suf} = pu{suf} + {16 * u * wpg} + (g + {dr}) * {u // 2}")
+            return
         for m in range(mt):
             for h, dr in (("a", 0), ("b", 8)):
                 if glu:  # gate row (a) and its up row (b)
@@ -463,6 +476,16 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     def loads(ind, pre, suf, it):
         """weight and scale / bias words of iteration ``it`` (a constant) of the tile whose bases end in ``suf``"""
+        if sw:
+            for m in range(mt):
+                for h in ("a", "b"):
+                    for uu in range(u):
+                        names = ", ".join(f"{pre}w{h}{m}_{uu}_{j}" for j in range(lw))
+                        a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {it} * istride + {uu * wpg})")
+                    for nm, o8 in (("s", 0), ("b", 8 * u)):
+                        names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
+                        a(f"{ind}{names} = {lds}(W, so{h}{m}{suf} + {it} * istride + {o8})")
+            return
         for m in range(mt):
             for h in ("a", "b"):
                 for uu in range(u):
@@ -806,18 +829,19 @@ _KCACHE: dict = {}
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False):
+               noc=False, sw=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
-                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "") + tag)
+                + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
+                + ("_sw" if sw else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc))
+                                            glu, noc, sw))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
@@ -841,10 +865,12 @@ def _lb_on() -> bool:
     return os.environ.get("TENSORFOLD_GEMV3_LB", "1").strip() != "0"
 
 
-def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False):
+def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
+               sw=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
-    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc())
+    key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
+           sw)
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -855,7 +881,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc()), **kw)
+                                              tag, _noc(), sw), **kw)
     return _KCACHE[key]
 
 
@@ -886,6 +912,7 @@ class V3Plan:
     pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
+    sw: bool = False  # the swept weight layout (``sweep_pack``): register-ring launches read W from it
 
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
@@ -1090,6 +1117,40 @@ def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS, tuning: d
     return None
 
 
+def sweep_shape(out: int, inp: int, bits: int, group: int, u: int) -> tuple[int, int]:
+    """(pieces, words a piece) of ``sweep_pack``'s layout"""
+    wpg = group * bits // 32
+    return (inp // group // u) * (-(-out // 16)), 16 * u * wpg + 16 * u
+
+
+def sweep_pack(P, S, B, bits: int, group: int, u: int) -> np.ndarray:
+    """The swept layout of an MLX-packed weight (``P`` uint32 [out, in * bits / 32], bf16 ``S`` / ``B`` uint16
+    [out, in / group]), for plans with ``sw``: piece ``(i, T)`` (K iteration ``i`` of ``u`` groups, 16-row unit
+    ``T``) holds the 16 rows' code words of those groups row by row, then their scales, then their biases
+    (``16 u`` bf16 each), and the pieces lie in the order ``i * units + T``. The units of one iteration are
+    adjacent, so the warps of a chunk, each on its own tile but at about the same iteration, read one contiguous
+    window that sweeps through the weight, where the MLX layout has every warp reading 128 bytes from each of 16
+    rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits."""
+    P, S, B = np.asarray(P), np.asarray(S), np.asarray(B)
+    out, ng = S.shape
+    wpg = group * bits // 32
+    if ng % u or P.shape != (out, ng * wpg) or B.shape != S.shape:
+        raise ValueError(f"sweep_pack: P {P.shape}, S {S.shape}, B {B.shape} do not form a {bits}-bit g{group} "
+                         f"weight in iterations of {u} groups")
+    nu, ni = -(-out // 16), ng // u
+    rows = nu * 16
+
+    def pad(a):
+        return a if rows == out else np.concatenate([a, np.zeros((rows - out,) + a.shape[1:], a.dtype)])
+
+    w = pad(P.astype(np.uint32)).reshape(nu, 16, ni, u * wpg).transpose(2, 0, 1, 3).reshape(ni, nu, 16 * u * wpg)
+    sb = [pad(a.astype(np.uint16)).reshape(nu, 16, ni, u).transpose(2, 0, 1, 3).reshape(ni, nu, 16 * u)
+          for a in (S, B)]
+    sb = np.ascontiguousarray(np.concatenate(sb, axis=2))  # [ni, nu, 32 u] uint16: scales then biases
+    full = np.concatenate([w, sb.view(np.uint32)], axis=2)
+    return np.ascontiguousarray(full.reshape(ni * nu, -1))
+
+
 _COUNTERS: dict = {}
 
 
@@ -1148,7 +1209,12 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
     (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
     arrival counters (default: the shared :func:`counters`; see :func:`new_counters`)."""
-    out = W.shape[0]
+    out = y.shape[1] if p.sw else W.shape[0]
+    if p.sw:
+        want = sweep_shape(out, p.inp, p.bits, p.group, p.u)
+        if tuple(W.shape) != want or glu or p.pf:
+            raise ValueError(f"qgemv: a swept plan needs W from sweep_pack {want} (got {tuple(W.shape)}) and no "
+                             "SwiGLU epilogue or prefetch form")
     cnt = counters() if cnt is None else cnt
     if glu and (out % 16 or y.shape[1] != out // 2):
         raise ValueError(f"qgemv: the SwiGLU epilogue needs out % 16 == 0 and y [R, out / 2] (out {out}, y "
@@ -1173,7 +1239,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       glu=glu)
+                       glu=glu, sw=p.sw)
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 

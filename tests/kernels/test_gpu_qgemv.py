@@ -149,3 +149,30 @@ def test_mid_shapes_now_on_qgemv(label, out, inp):
     for r in (0, 6):
         y = _run(cuda, dev, x[r:r + 1], p, bits, group)
         assert np.array_equal(y.view(np.uint32), full[r:r + 1].view(np.uint32)), f"{label} row {r}"
+
+
+@pytest.mark.parametrize("label,out,inp", SHAPES)
+def test_swept_layout_real_shapes(label, out, inp):
+    """``sweep_pack``'s layout at the real shapes: bit-equal to the MLX layout at 1, 5 and 16 rows (one and two
+    n-tiles, two launches), and within the oracle's bound."""
+    import dataclasses
+
+    from tensorfold.kernels import qgemv as Q
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((16, inp)).astype(np.float32)
+    ref, bound = _ref(x, P, S, B, bits, group)
+    p = Q.plan(out, inp, bits, group)
+    sp = dataclasses.replace(p, sw=True)
+    dev = [cuda.to_device(a) for a in (P, S, B)]
+    sdev = [cuda.to_device(Q.sweep_pack(P, S, B, bits, group, p.u)), dev[1], dev[2]]
+    for R in (1, 5, 16):
+        y0 = _run(cuda, dev, x[:R], p, bits, group)
+        y = cuda.to_device(np.full((R, out), np.nan, np.float32))
+        ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+        Q.launch(*sdev, cuda.to_device(x[:R]), y, sp, R, ws=ws)
+        y1 = y.copy_to_host()
+        _check(y1, ref[:R], bound[:R])
+        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"{label} R={R}"

@@ -283,3 +283,38 @@ def test_private_counters():
     y2 = np.full_like(y0, np.nan)
     Q.launch(P, S, B, x, y2, p, 3, ws=np.full((p.ks, 3, out), np.nan, np.float32), cnt=bad)
     assert np.isnan(y2).any() and not Q.counters().any()
+
+
+@pytest.mark.parametrize("bits,group,u,ks,mt", [(4, 64, 4, 2, 1), (4, 64, 2, 1, 2), (8, 32, 4, 2, 1),
+                                                (2, 128, 2, 2, 1), (4, 32, 4, 1, 1)])
+def test_swept_layout_same_bits(bits, group, u, ks, mt):
+    """``sweep_pack``'s layout (the pieces of one K iteration of every 16-row unit adjacent, scales and biases
+    inside each piece) feeds the same values to the same arithmetic: bit-equal to the MLX layout at 1, 3 and 6 rows,
+    with a partial last unit (72 rows: padded with zeros), one and two chunks; the packing itself is checked
+    against the MLX arrays word by word; a plan handed the MLX layout is refused."""
+    out, K = 72, 512
+    P, S, B = _case(bits, group, out, K)
+    ng = K // group
+    cg = ng // ks
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=1, blocks=4)
+    swp = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=1, blocks=4, sw=True)
+    Wp = Q.sweep_pack(P, S, B, bits, group, u)
+    assert Wp.shape == Q.sweep_shape(out, K, bits, group, u) and Wp.dtype == np.uint32
+    wpg = group * bits // 32
+    nu = -(-out // 16)
+    for _ in range(20):  # random (row, iteration) entries of the packing, read back by hand
+        r, i = int(rng.integers(out)), int(rng.integers(ng // u))
+        piece = Wp[i * nu + r // 16]
+        assert np.array_equal(piece[(r % 16) * u * wpg:(r % 16 + 1) * u * wpg], P[r, i * u * wpg:(i + 1) * u * wpg])
+        sb = piece[16 * u * wpg:].view(np.uint16)
+        assert np.array_equal(sb[(r % 16) * u:(r % 16 + 1) * u], S[r, i * u:(i + 1) * u])
+        assert np.array_equal(sb[16 * u + (r % 16) * u:16 * u + (r % 16 + 1) * u], B[r, i * u:(i + 1) * u])
+    for R in (1, 3, 6):
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        y0 = _go(P, S, B, x, base)
+        _check(y0, *_ref(x, P, S, B, bits, group))
+        y1 = _go(Wp, S, B, x, swp)
+        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"R={R}"
+    assert not Q.counters().any()
+    with pytest.raises(ValueError, match="sweep_pack"):
+        _go(P, S, B, x, swp)
