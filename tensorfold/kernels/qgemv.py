@@ -424,9 +424,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
     if kp > 1:
         a(f"    red = cuda.shared.array({kp * nts * NV * 32}, np.float32)")  # part sums of the slots' tiles
-    # the swept layout (``sweep_pack``): W is [pieces, PW]; y gives the row count
+    # the swept layout (``sweep_pack``): W is [pieces, PW]; the (unread) MLX scales give the row count
     PWs = 16 * u * wpg + 16 * u  # words of a piece: 16 rows x u groups of codes, then their scales and biases
-    a("    out = y.shape[1]" if sw else "    out = W.shape[0]")
+    a("    out = S.shape[0]" if sw else "    out = W.shape[0]")
     if sw:
         a("    nt16 = (out + 15) // 16")
         a(f"    istride = nt16 * {PWs}")  # words from one iteration's pieces to the next's
@@ -1151,6 +1151,44 @@ def sweep_pack(P, S, B, bits: int, group: int, u: int) -> np.ndarray:
     return np.ascontiguousarray(full.reshape(ni * nu, -1))
 
 
+@cuda.jit
+def _sweep_k(P, S, B, out_, u, wpg):
+    """one word of ``sweep_pack``'s layout a thread (grid-stride): piece ``q = i * units + T``, word ``w``"""
+    rows, ng = S.shape
+    pw = 16 * u * wpg + 16 * u
+    nu = out_.shape[0] // (ng // u)
+    n = out_.shape[0] * pw
+    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
+        q = e // pw
+        w = e - q * pw
+        i = q // nu
+        T = q - i * nu
+        if w < 16 * u * wpg:
+            r = T * 16 + w // (u * wpg)
+            v = P[r, i * u * wpg + w % (u * wpg)] if r < rows else np.uint32(0)
+        else:
+            w2 = w - 16 * u * wpg  # a word of two bf16: scales (first 8 u words), then biases
+            A = S if w2 < 8 * u else B
+            w2 = w2 % (8 * u)
+            r = T * 16 + w2 // (u // 2)
+            c = i * u + 2 * (w2 % (u // 2))
+            v = (np.uint32(A[r, c]) | (np.uint32(A[r, c + 1]) << np.uint32(16))) if r < rows else np.uint32(0)
+        out_[q, w] = v
+
+
+def sweep_pack_device(P, S, B, bits: int, group: int, u: int, stream=0):
+    """``sweep_pack`` on the device: a new device array from device ``P`` / ``S`` / ``B`` (the same words)."""
+    out, ng = S.shape
+    shape = sweep_shape(out, ng * group, bits, group, u)
+    if ng % u or u not in (2, 4) or tuple(P.shape) != (out, ng * (group * bits // 32)):
+        raise ValueError(f"sweep_pack_device: P {tuple(P.shape)}, S {tuple(S.shape)} do not form a {bits}-bit "
+                         f"g{group} weight in iterations of {u} groups")
+    dst = np.empty(shape, np.uint32) if IS_SIM else cuda.device_array(shape, np.uint32, stream=stream)
+    n = shape[0] * shape[1]
+    _sweep_k[min(4096, -(-n // 256)), 256, stream](P, S, B, dst, np.int32(u), np.int32(group * bits // 32))
+    return dst
+
+
 _COUNTERS: dict = {}
 
 
@@ -1209,7 +1247,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
     (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
     arrival counters (default: the shared :func:`counters`; see :func:`new_counters`)."""
-    out = y.shape[1] if p.sw else W.shape[0]
+    out = S.shape[0] if p.sw else W.shape[0]
     if p.sw:
         want = sweep_shape(out, p.inp, p.bits, p.group, p.u)
         if tuple(W.shape) != want or glu or p.pf:
@@ -1294,6 +1332,12 @@ def _specs():
                 seen.add(f.__name__)
                 specs.append((f, _SIG))
                 hot.add(f.__name__)
+    # the swept layout (opt-in, TENSORFOLD_GEMV3_SWEPT=1) at 9B gate+up, one and two n-tiles, and its repack
+    p = plan(24576, 4096, 4, 64)
+    for nt in (1, 2):
+        specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
+    specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
+                  "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32)"))
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

@@ -99,7 +99,8 @@ class CudaBackend(Backend):
             f"({self.arena.nbytes / 2**30:.2f} GiB), kv cache {kv_cache}, capacity {self.max_slots} streams x "
             f"{self.context} tokens, decode graphs {'on' if self.graphs.use_graphs else 'off'}"
             f"{' (' + self.graphs.capture_error + ')' if self.graphs.capture_error else ''}, "
-            f"loaded in {self.load_seconds:.1f} s")
+            f"loaded in {self.load_seconds:.1f} s"
+            + (f", swept GEMV copies {self.runner.swept_bytes / 2**30:.2f} GiB" if self.runner.swept_bytes else ""))
         if progress:
             print(self.startup_line, file=sys.stderr)
 

@@ -544,6 +544,12 @@ def prompt_graphs_on() -> bool:
     return os.environ.get("TENSORFOLD_PROMPT_GRAPH", "0" if IS_SIM else "1") == "1"
 
 
+def swept_on() -> bool:
+    """``TENSORFOLD_GEMV3_SWEPT=1`` (read when a runner is built; never in the simulator, whose GEMVs are host
+    stand-ins): decode GEMVs on qgemv read swept copies of their weights (``Runner._sweep_weights``)."""
+    return not IS_SIM and os.environ.get("TENSORFOLD_GEMV3_SWEPT", "0").strip() == "1"
+
+
 class Runner:
     """The model on the device: weights (``Arena``), caches (``Caches``), buffers, and the launch sequence."""
 
@@ -570,6 +576,8 @@ class Runner:
                 bits, group = (ent["bits"], ent["group"]) if ent["kind"] == "affine" else (16, 0)
                 scales = affine.scale_kind(ent["S"]) if ent["kind"] == "affine" else "bf16"
                 ent["plan"] = affine.plan_qgemv(ent["out"], ent["in"], bits, group, scales)
+        self.swept: dict = {}  # linear name -> (swept copy, its plan): this runner's own (the arena is shared)
+        self.swept_bytes = self._sweep_weights() if swept_on() else 0
         self.inv_freq = cuda.to_device(ops.rope_inv_freq(self.rotary_dim, c.rope_theta, np.float32))
         self.buf = Buffers(c, arena, max(rows, prompt_rows), log_rows, caches.ctx, att_rows, prompt_rows)
         self.rows_cap = max(rows, prompt_rows)
@@ -582,6 +590,24 @@ class Runner:
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
         self.prompt_graph_error = None
+
+    def _sweep_weights(self) -> int:
+        """``TENSORFOLD_GEMV3_SWEPT=1``: a second copy of every qgemv-planned weight in ``qgemv.sweep_pack``'s
+        layout, which GEMV launches without the SwiGLU epilogue read instead (the same bits; prompt GEMMs and
+        epilogue launches keep the MLX copy). -> the copies' bytes. An experiment: it costs the weights' memory
+        again."""
+        import dataclasses
+
+        nbytes = 0
+        for name, ent in self.arena._lin.items():
+            p = ent.get("plan")
+            if ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4) or p.pf:
+                continue
+            W = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], p.u)
+            self.swept[name] = (W, dataclasses.replace(p, sw=True))
+            nbytes += W.nbytes
+        cuda.synchronize()
+        return nbytes
 
     # ---------------------------------------------------------------------------------------------- pieces
 
@@ -611,7 +637,11 @@ class Runner:
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
-            if ent["kind"] == "affine":
+            if name in self.swept and not glu:
+                Wsw, psw = self.swept[name]
+                qgemv.launch(Wsw, ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], psw, n, ws=ws, stream=stream,
+                             cnt=self.buf.qcnt)
+            elif ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt)
             else:

@@ -318,3 +318,13 @@ def test_swept_layout_same_bits(bits, group, u, ks, mt):
     assert not Q.counters().any()
     with pytest.raises(ValueError, match="sweep_pack"):
         _go(P, S, B, x, swp)
+
+
+@pytest.mark.parametrize("bits,group,u", [(4, 64, 4), (2, 128, 2)])
+def test_sweep_pack_device_matches_host(bits, group, u):
+    """The device repack writes the same words as the numpy ``sweep_pack`` (a partial last unit padded with 0)."""
+    out, K = 40, 512
+    P, S, B = _case(bits, group, out, K)
+    host = Q.sweep_pack(P, S, B, bits, group, u)
+    dev = Q.sweep_pack_device(P, S, B, bits, group, u)
+    assert np.array_equal(np.asarray(dev), host)

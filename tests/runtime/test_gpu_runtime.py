@@ -216,3 +216,25 @@ def test_fp8_vs_bf16_300(ck2b, arena2b):
     print(f"\nfp8 vs bf16 KV cache, 2B geometry, 300 positions: top-1 agreement {100 * top1:.1f} %, "
           f"mean KL {np.mean(kls):.2e}, max KL {np.max(kls):.2e}")
     assert top1 >= 0.8
+
+
+def test_swept_weights_same_logits(ck2b, arena2b, monkeypatch):
+    """``TENSORFOLD_GEMV3_SWEPT=1``: the runner's decode GEMVs on qgemv (at 2B, the tied head) read swept copies of
+    their weights; steps of 1 and 6 streams (one and two n-tiles) give the same logits bit for bit as a runner on
+    the MLX layout, and the arena's entries are left as they were."""
+    from tensorfold.runtime import forward as F
+
+    rng = np.random.default_rng(19)
+    base = _runner(ck2b, arena2b, "bf16", slots=6)
+    monkeypatch.setenv("TENSORFOLD_GEMV3_SWEPT", "1")
+    sw = _runner(ck2b, arena2b, "bf16", slots=6)
+    assert sw.swept and sw.swept_bytes > 0 and not base.swept
+    P = _ids(rng, 24)
+    for run in (base, sw):
+        run.forward(F.prompt_batch([(s, P, 0) for s in range(6)]), logits=False)
+    t = _ids(rng, 6)
+    for slots in ([0], list(range(6))):
+        a, _ = base.forward(F.step_batch(slots, t[:len(slots)], [len(P)] * len(slots)))
+        b, _ = sw.forward(F.step_batch(slots, t[:len(slots)], [len(P)] * len(slots)))
+        assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32)), f"{len(slots)} streams"
+    print(f"\nswept copies {sw.swept_bytes / 2**20:.0f} MiB ({', '.join(sw.swept)}): logits equal at 1 and 6 streams")
