@@ -83,20 +83,17 @@ def _region_kernel():
     return read_regions
 
 
-def swept_copies(ctx, mats, bits, group, plans):
-    """{u: [(Wswept, S, B, keep)]}: the weight copies in ``qgemv.sweep_pack``'s layout for each plan's u (one host
-    pack of the first copy, uploaded as many times as there are copies, so rotating still defeats L2)"""
+def swept_copies(ctx, mats, bits, group, keys):
+    """{(u, glu): [(Wswept, S, B, keep)]}: the weight copies in ``qgemv.sweep_pack``'s layout (gate / up rows
+    paired where ``glu``), one device repack a copy, so rotating still defeats L2"""
     from tensorfold.kernels import qgemv as Q
 
-    cp, cuda = ctx["cp"], ctx["cuda"]
-    P, S, B = (cp.asnumpy(a) for a in mats[0][3:6])
+    cuda = ctx["cuda"]
     res = {}
-    for u in sorted({p.u for _, p in plans if isinstance(p, Q.V3Plan) and p.u in (2, 4)}):
-        host = Q.sweep_pack(P, S, B, bits, group, u)
-        res[u] = []
-        for m in mats:
-            d = cp.asarray(host)
-            res[u].append((cuda.as_cuda_array(d), m[1], m[2], d))
+    for u, glu in sorted(keys):
+        res[(u, glu)] = [(Q.sweep_pack_device(m[0], m[1], m[2], bits, group, u, glu=glu), m[1], m[2])
+                         for m in mats]
+    cuda.synchronize()
     return res
 
 
@@ -189,15 +186,18 @@ def main(argv=None):
             if args.glu:
                 forms += [(nm + " glu", p, True, mats) for nm, p in plans if A.glu_ok(p, out)]
             if args.swept:
-                smats = smats or swept_copies(ctx, mats, bits, group, plans)
-                forms += [(nm + " sw", dataclasses.replace(p, sw=True), False, smats[p.u]) for nm, p in plans
-                          if isinstance(p, Q.V3Plan) and p.u in smats]
+                v3 = [(nm, p) for nm, p in plans if isinstance(p, Q.V3Plan) and p.u in (2, 4)]
+                keys = {(p.u, False) for _, p in v3} | {(p.u, True) for _, p in v3 if args.glu and A.glu_ok(p, out)}
+                smats = smats or swept_copies(ctx, mats, bits, group, keys)
+                forms += [(nm + " sw", dataclasses.replace(p, sw=1), False, smats[(p.u, False)]) for nm, p in v3]
+                forms += [(nm + " sw glu", dataclasses.replace(p, sw=2), True, smats[(p.u, True)]) for nm, p in v3
+                          if (p.u, True) in smats]
             for name, p, glu, mats_ in forms:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 
                 def mk(m, p=p, ws=ws, x=x, y=(yg if glu else y), R=R, keep=_x, glu=glu):
-                    if getattr(p, "sw", False):  # the swept layout: qgemv directly (affine knows only MLX arrays)
-                        return lambda s: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s)
+                    if getattr(p, "sw", 0):  # the swept layout: qgemv directly (affine knows only MLX arrays)
+                        return lambda s: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s, glu=glu)
                     return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
                                                     glu=glu)
 

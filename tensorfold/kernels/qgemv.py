@@ -66,8 +66,8 @@ from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
-__all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "COMPILE_SPECS", "HOT",
-           "FORMATS"]
+__all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "new_counters",
+           "sweep_pack", "sweep_pack_device", "sweep_shape", "glu_rows", "COMPILE_SPECS", "HOT", "FORMATS"]
 
 FORMATS = ((4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (2, 64), (2, 128))  # LW = 1, 2 or 4 words
 NCOUNTERS = 1 << 16
@@ -379,7 +379,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     (``activations.swiglu``: the bits of the GEMV into ``[R, 2 I]`` followed by ``silu_mul_fused_k``). With
     several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them."""
     nwp = max(nwp, nw)
-    assert not sw or (u in (2, 4) and not (glu or pf or stages) and kp == 1)
+    assert not sw or (u in (2, 4) and not (pf or stages) and kp == 1)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
     lw, cl, steps = _lane_layout(bits, group)
@@ -912,7 +912,7 @@ class V3Plan:
     pf: int = 0  # > 0: the prefetch form, at most pf tiles a warp (one-n-tile launches; see ``pf_geom``)
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
-    sw: bool = False  # the swept weight layout (``sweep_pack``): register-ring launches read W from it
+    sw: int = 0  # the swept weight layout (``sweep_pack``): 1 rows in order, 2 gate / up paired (SwiGLU epilogue)
 
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
@@ -1123,15 +1123,28 @@ def sweep_shape(out: int, inp: int, bits: int, group: int, u: int) -> tuple[int,
     return (inp // group // u) * (-(-out // 16)), 16 * u * wpg + 16 * u
 
 
-def sweep_pack(P, S, B, bits: int, group: int, u: int) -> np.ndarray:
+def glu_rows(out: int) -> np.ndarray:
+    """The row order of a gate | up weight (``out = 2 I``) in the SwiGLU epilogue's tiles: unit ``T`` holds gate
+    rows ``8 T .. 8 T + 7``, then up rows ``I + 8 T ..``, as the MLX-layout epilogue kernel reads them."""
+    if out % 16:
+        raise ValueError(f"glu_rows: a gate | up weight needs out % 16 == 0 (out {out})")
+    t = np.arange(out // 16)[:, None] * 8 + np.arange(8)[None, :]
+    return np.concatenate([t, t + out // 2], axis=1).reshape(-1)
+
+
+def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False) -> np.ndarray:
     """The swept layout of an MLX-packed weight (``P`` uint32 [out, in * bits / 32], bf16 ``S`` / ``B`` uint16
     [out, in / group]), for plans with ``sw``: piece ``(i, T)`` (K iteration ``i`` of ``u`` groups, 16-row unit
     ``T``) holds the 16 rows' code words of those groups row by row, then their scales, then their biases
     (``16 u`` bf16 each), and the pieces lie in the order ``i * units + T``. The units of one iteration are
     adjacent, so the warps of a chunk, each on its own tile but at about the same iteration, read one contiguous
     window that sweeps through the weight, where the MLX layout has every warp reading 128 bytes from each of 16
-    rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits."""
+    rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits.
+    ``glu``: rows in ``glu_rows`` order, for plans with ``sw = 2`` (the SwiGLU epilogue's launches only)."""
     P, S, B = np.asarray(P), np.asarray(S), np.asarray(B)
+    if glu:
+        idx = glu_rows(S.shape[0])
+        P, S, B = P[idx], S[idx], B[idx]
     out, ng = S.shape
     wpg = group * bits // 32
     if ng % u or P.shape != (out, ng * wpg) or B.shape != S.shape:
@@ -1152,9 +1165,11 @@ def sweep_pack(P, S, B, bits: int, group: int, u: int) -> np.ndarray:
 
 
 @cuda.jit
-def _sweep_k(P, S, B, out_, u, wpg):
-    """one word of ``sweep_pack``'s layout a thread (grid-stride): piece ``q = i * units + T``, word ``w``"""
+def _sweep_k(P, S, B, out_, u, wpg, gl):
+    """one word of ``sweep_pack``'s layout a thread (grid-stride): piece ``q = i * units + T``, word ``w``;
+    ``gl``: rows in ``glu_rows`` order"""
     rows, ng = S.shape
+    half = rows // 2
     pw = 16 * u * wpg + 16 * u
     nu = out_.shape[0] // (ng // u)
     n = out_.shape[0] * pw
@@ -1164,28 +1179,37 @@ def _sweep_k(P, S, B, out_, u, wpg):
         i = q // nu
         T = q - i * nu
         if w < 16 * u * wpg:
-            r = T * 16 + w // (u * wpg)
+            rr = w // (u * wpg)
+            r = T * 16 + rr
+            if gl:
+                r = T * 8 + rr if rr < 8 else half + T * 8 + rr - 8
             v = P[r, i * u * wpg + w % (u * wpg)] if r < rows else np.uint32(0)
         else:
             w2 = w - 16 * u * wpg  # a word of two bf16: scales (first 8 u words), then biases
             A = S if w2 < 8 * u else B
             w2 = w2 % (8 * u)
-            r = T * 16 + w2 // (u // 2)
+            rr = w2 // (u // 2)
+            r = T * 16 + rr
+            if gl:
+                r = T * 8 + rr if rr < 8 else half + T * 8 + rr - 8
             c = i * u + 2 * (w2 % (u // 2))
             v = (np.uint32(A[r, c]) | (np.uint32(A[r, c + 1]) << np.uint32(16))) if r < rows else np.uint32(0)
         out_[q, w] = v
 
 
-def sweep_pack_device(P, S, B, bits: int, group: int, u: int, stream=0):
+def sweep_pack_device(P, S, B, bits: int, group: int, u: int, glu: bool = False, stream=0):
     """``sweep_pack`` on the device: a new device array from device ``P`` / ``S`` / ``B`` (the same words)."""
     out, ng = S.shape
+    if glu and out % 16:
+        raise ValueError(f"sweep_pack_device: a gate | up weight needs out % 16 == 0 (out {out})")
     shape = sweep_shape(out, ng * group, bits, group, u)
     if ng % u or u not in (2, 4) or tuple(P.shape) != (out, ng * (group * bits // 32)):
         raise ValueError(f"sweep_pack_device: P {tuple(P.shape)}, S {tuple(S.shape)} do not form a {bits}-bit "
                          f"g{group} weight in iterations of {u} groups")
     dst = np.empty(shape, np.uint32) if IS_SIM else cuda.device_array(shape, np.uint32, stream=stream)
     n = shape[0] * shape[1]
-    _sweep_k[min(4096, -(-n // 256)), 256, stream](P, S, B, dst, np.int32(u), np.int32(group * bits // 32))
+    _sweep_k[min(4096, -(-n // 256)), 256, stream](P, S, B, dst, np.int32(u), np.int32(group * bits // 32),
+                                                   np.int32(1 if glu else 0))
     return dst
 
 
@@ -1250,9 +1274,10 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     out = S.shape[0] if p.sw else W.shape[0]
     if p.sw:
         want = sweep_shape(out, p.inp, p.bits, p.group, p.u)
-        if tuple(W.shape) != want or glu or p.pf:
-            raise ValueError(f"qgemv: a swept plan needs W from sweep_pack {want} (got {tuple(W.shape)}) and no "
-                             "SwiGLU epilogue or prefetch form")
+        if tuple(W.shape) != want or bool(glu) != (p.sw == 2) or p.pf:
+            raise ValueError(f"qgemv: a swept plan needs W from sweep_pack {want} (got {tuple(W.shape)}), the "
+                             f"SwiGLU epilogue exactly when its rows are paired (sw {p.sw}, glu {bool(glu)}), no "
+                             "prefetch form")
     cnt = counters() if cnt is None else cnt
     if glu and (out % 16 or y.shape[1] != out // 2):
         raise ValueError(f"qgemv: the SwiGLU epilogue needs out % 16 == 0 and y [R, out / 2] (out {out}, y "
@@ -1277,7 +1302,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       glu=glu, sw=p.sw)
+                       glu=glu, sw=bool(p.sw))
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 
@@ -1336,8 +1361,9 @@ def _specs():
     p = plan(24576, 4096, 4, 64)
     for nt in (1, 2):
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
+    specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
-                  "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32)"))
+                  "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32)"))
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

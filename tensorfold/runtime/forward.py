@@ -576,8 +576,6 @@ class Runner:
                 bits, group = (ent["bits"], ent["group"]) if ent["kind"] == "affine" else (16, 0)
                 scales = affine.scale_kind(ent["S"]) if ent["kind"] == "affine" else "bf16"
                 ent["plan"] = affine.plan_qgemv(ent["out"], ent["in"], bits, group, scales)
-        self.swept: dict = {}  # linear name -> (swept copy, its plan): this runner's own (the arena is shared)
-        self.swept_bytes = self._sweep_weights() if swept_on() else 0
         self.inv_freq = cuda.to_device(ops.rope_inv_freq(self.rotary_dim, c.rope_theta, np.float32))
         self.buf = Buffers(c, arena, max(rows, prompt_rows), log_rows, caches.ctx, att_rows, prompt_rows)
         self.rows_cap = max(rows, prompt_rows)
@@ -586,6 +584,8 @@ class Runner:
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
         self.glu_on = os.environ.get("TENSORFOLD_GLU", "1").strip() != "0"
+        self.swept: dict = {}  # linear name -> (swept copy, its plan): this runner's own (the arena is shared)
+        self.swept_bytes = self._sweep_weights() if swept_on() else 0
         self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
@@ -593,9 +593,9 @@ class Runner:
 
     def _sweep_weights(self) -> int:
         """``TENSORFOLD_GEMV3_SWEPT=1``: a second copy of every qgemv-planned weight in ``qgemv.sweep_pack``'s
-        layout, which GEMV launches without the SwiGLU epilogue read instead (the same bits; prompt GEMMs and
-        epilogue launches keep the MLX copy). -> the copies' bytes. An experiment: it costs the weights' memory
-        again."""
+        layout, which its GEMV launches read instead (the same bits; prompt GEMMs keep the MLX copy). A fused
+        gate | up weight's copy pairs its gate and up rows, and all its GEMV launches take the SwiGLU epilogue.
+        -> the copies' bytes. An experiment: it costs the weights' memory again."""
         import dataclasses
 
         nbytes = 0
@@ -603,8 +603,11 @@ class Runner:
             p = ent.get("plan")
             if ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4) or p.pf:
                 continue
-            W = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], p.u)
-            self.swept[name] = (W, dataclasses.replace(p, sw=True))
+            # a fused gate | up weight is paired for the SwiGLU epilogue, which then serves every GEMV launch of it
+            # (with the launch bounds its one-row form is break-even with plain + silu: affine.glu_faster)
+            glu = name.endswith("mlp.gate_up") and self.glu_on and affine.glu_ok(p, ent["out"])
+            W = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], p.u, glu=glu)
+            self.swept[name] = (W, dataclasses.replace(p, sw=2 if glu else 1))
             nbytes += W.nbytes
         cuda.synchronize()
         return nbytes
@@ -619,6 +622,8 @@ class Runner:
         ``TENSORFOLD_GLU=0`` (read when the runner is built) turns it off."""
         if not self.glu_on or (IS_SIM and self.sim_stand_ins) or (prompt and R > 16):
             return False
+        if name in self.swept:  # its swept copy has gate / up rows paired exactly when it serves the epilogue
+            return self.swept[name][1].sw == 2
         ent = self.arena.linear(name)
         return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
@@ -637,10 +642,10 @@ class Runner:
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
-            if name in self.swept and not glu:
+            if name in self.swept and bool(glu) == (self.swept[name][1].sw == 2):
                 Wsw, psw = self.swept[name]
                 qgemv.launch(Wsw, ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], psw, n, ws=ws, stream=stream,
-                             cnt=self.buf.qcnt)
+                             glu=glu, cnt=self.buf.qcnt)
             elif ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt)

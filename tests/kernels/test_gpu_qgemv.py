@@ -154,7 +154,8 @@ def test_mid_shapes_now_on_qgemv(label, out, inp):
 @pytest.mark.parametrize("label,out,inp", SHAPES)
 def test_swept_layout_real_shapes(label, out, inp):
     """``sweep_pack``'s layout at the real shapes: bit-equal to the MLX layout at 1, 5 and 16 rows (one and two
-    n-tiles, two launches), and within the oracle's bound."""
+    n-tiles, two launches), and within the oracle's bound; at 9B gate + up also the SwiGLU epilogue on the device
+    repack with gate / up rows paired (``sweep_pack_device(glu=True)``) against the MLX-layout epilogue."""
     import dataclasses
 
     from tensorfold.kernels import qgemv as Q
@@ -176,3 +177,15 @@ def test_swept_layout_real_shapes(label, out, inp):
         y1 = y.copy_to_host()
         _check(y1, ref[:R], bound[:R])
         assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"{label} R={R}"
+    if out % 16 == 0 and out >= 16384:  # a gate | up weight: the SwiGLU epilogue on gate / up rows paired
+        gp = dataclasses.replace(p, sw=2)
+        gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True)
+        for R in (1, 5):
+            ys = []
+            for W, pl in ((dev[0], p), (gW, gp)):
+                y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+                Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
+                ys.append(y.copy_to_host())
+            assert not np.isnan(ys[0]).any()
+            assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu R={R}"

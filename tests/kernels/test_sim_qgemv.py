@@ -320,11 +320,39 @@ def test_swept_layout_same_bits(bits, group, u, ks, mt):
         _go(P, S, B, x, swp)
 
 
-@pytest.mark.parametrize("bits,group,u", [(4, 64, 4), (2, 128, 2)])
-def test_sweep_pack_device_matches_host(bits, group, u):
-    """The device repack writes the same words as the numpy ``sweep_pack`` (a partial last unit padded with 0)."""
-    out, K = 40, 512
+@pytest.mark.parametrize("bits,group,u,out,glu", [(4, 64, 4, 40, False), (2, 128, 2, 40, False),
+                                                  (4, 64, 4, 48, True)])
+def test_sweep_pack_device_matches_host(bits, group, u, out, glu):
+    """The device repack writes the same words as the numpy ``sweep_pack`` (a partial last unit padded with 0;
+    gate / up rows paired)."""
+    K = 512
     P, S, B = _case(bits, group, out, K)
-    host = Q.sweep_pack(P, S, B, bits, group, u)
-    dev = Q.sweep_pack_device(P, S, B, bits, group, u)
+    host = Q.sweep_pack(P, S, B, bits, group, u, glu=glu)
+    dev = Q.sweep_pack_device(P, S, B, bits, group, u, glu=glu)
     assert np.array_equal(np.asarray(dev), host)
+
+
+@pytest.mark.parametrize("ks", [1, 2])
+def test_swept_glu_same_bits(ks):
+    """The SwiGLU epilogue on the swept layout with gate / up rows paired (``sweep_pack(glu=True)``, ``sw = 2``):
+    bit-equal to the MLX-layout epilogue at 1 and 6 rows, one and two chunks; ``glu_rows`` pairs unit T's gate rows
+    8T..8T+7 with up rows I+8T..; a paired plan refuses a launch without the epilogue and the other way round."""
+    bits, group, u, out, K = 4, 64, 4, 96, 512
+    assert list(Q.glu_rows(32)) == list(range(8)) + list(range(16, 24)) + list(range(8, 16)) + list(range(24, 32))
+    P, S, B = _case(bits, group, out, K)
+    cg = K // group // ks
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4)
+    swp = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, sw=2)
+    Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=True)
+    for R in (1, 6):
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        ws = np.full((ks, R, out), np.nan, np.float32)
+        y0 = np.full((R, out // 2), np.nan, np.float32)
+        y1 = y0.copy()
+        Q.launch(P, S, B, x, y0, base, R, ws=ws, glu=True)
+        Q.launch(Wp, S, B, x, y1, swp, R, ws=ws, glu=True)
+        assert not np.isnan(y0).any()
+        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"R={R}"
+    assert not Q.counters().any()
+    with pytest.raises(ValueError, match="paired"):
+        Q.launch(Wp, S, B, x, np.zeros((R, out), np.float32), swp, R, ws=ws)

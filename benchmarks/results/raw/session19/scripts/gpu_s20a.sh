@@ -12,7 +12,7 @@ out_dir s20a
 timeout 100 python3 benchmarks/bench_gemv3.py --no-old --rows 1 --shapes - --floor 56.6,213.9 --out "$R/f" \
     >"$R/floor.txt" 2>&1
 echo "== floor rc $?"; grep "floor\|FAIL\|Error" "$R/floor.txt" | cut -c1-150; pack
-timeout 150 python3 benchmarks/bench_gemv3.py --no-old --rows 1,8 --shapes 2,3,4,5 --swept --configs "4,1,4,1,396" \
+timeout 220 python3 benchmarks/bench_gemv3.py --no-old --rows 1,8 --shapes 2,3,4,5 --swept --glu --configs "4,1,4,1,396" \
     --out "$R/sw" >"$R/swept.txt" 2>&1
 echo "== swept rc $?"; grep "us \|FAIL\|Error" "$R/swept.txt" | grep -v Warn | cut -c1-150; pack
 TENSORFOLD_GEMV3_NOC=1 timeout 100 python3 benchmarks/bench_gemv3.py --no-old --rows 1 --shapes 2,5 --swept \
