@@ -45,6 +45,14 @@ at one row) vs 43.3 / 53.1; 27B down 5120x17408 30.7 / 61.2 (39 %) vs 45.5 / 52.
 (64 %) vs 169 / 195; 2B gate+up 12288x2048 12.3 / 21.4 vs 12.4 / 13.5 (why smaller weights keep the first kernel).
 8 rows cost 1.6-2.0x one row (the issue's 1.5x is not met by this kernel); the 70 % target is not met either.
 
+Where the time goes (session 19, benchmarks/results/session19_2026-12-01.md): without its arithmetic
+(``TENSORFOLD_GEMV3_NOC=1``, a benchmark diagnostic) the kernel is only 8-10 % faster; its loads alone stream at
+2.67 TB/s against 4.25 for a plain grid-stride read. Every warp reads 128 bytes from each of the 16 rows of its own
+tile, so about 1,584 places in memory are read at once, where the plain read sweeps one window. The swept layout
+(``sweep_pack``, plans with ``sw``; opt-in, not yet measured) stores one K iteration of every 16-row unit
+contiguously, with its scales and biases, so the warps of a chunk read one window that sweeps through the weight;
+the kernel differs only in its address arithmetic (the same bits).
+
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
 the physical k order of every mma step is the lanes' own (``_lane_layout``, which ``affine``'s kernel uses too), and x's
