@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 19 for the next session's first device calls (one GPU; parts 1-4 about 3 minutes, part 5 about
-# 6: split it off if the budget is short).
+# Prepared in session 19 for the next session's first device call (one GPU, about 4-5 minutes; gpu_s20b.sh is the
+# end-to-end follow-up).
 # Session 19 found qgemv's loads alone (TENSORFOLD_GEMV3_NOC=1) stream at 2.67 TB/s against 4.25 for a plain
 # grid-stride read: the access order, not the arithmetic, is the limit. This call tells which order streams:
 # (1) plain reads: grid-stride against each warp walking its own contiguous share (qgemv's grid);
@@ -21,11 +21,3 @@ echo "== swept noc rc $?"; grep "us \|FAIL\|Error" "$R/swept_noc.txt" | grep -v 
 timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short tests/kernels/test_gpu_qgemv.py \
     -k swept >"$R/gpu_tests.txt" 2>&1
 echo "== gpu tests rc $?"; tail -3 "$R/gpu_tests.txt"; pack
-# (5) end to end: the runtime's opt-in swept copies (TENSORFOLD_GEMV3_SWEPT=1) against the default, 9B and 27B
-timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short -s tests/runtime/test_gpu_runtime.py \
-    -k swept >"$R/rt_swept.txt" 2>&1
-echo "== runtime swept test rc $?"; tail -3 "$R/rt_swept.txt"; pack
-dec 9b 9b; pack
-TENSORFOLD_GEMV3_SWEPT=1 dec 9b_sw 9b; pack
-dec 27b 27b; pack
-TENSORFOLD_GEMV3_SWEPT=1 dec 27b_sw 27b; pack
