@@ -385,7 +385,15 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     16-row m-tile ``T`` reads gate rows ``8 T .. 8 T + 7`` as its rows 0-7 and the matching up rows ``I + 8 T ..``
     as rows 8-15, so lane (g, t) holds a gate sum and its up sum, and ``y [R, I]`` gets ``swiglu(gate, up)``
     (``activations.swiglu``: the bits of the GEMV into ``[R, 2 I]`` followed by ``silu_mul_fused_k``). With
-    several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them."""
+    several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them.
+
+    ``sw``: W is in ``sweep_pack``'s layout (register ring, u 2 or 4): a tile's lane bases point into the piece of
+    the chunk's first iteration, and iteration ``it`` adds ``it * istride`` (one iteration's pieces of every
+    16-row unit); scales and biases come from the same piece; rows need no clamping (the pack pads with zeros); the
+    row count is ``S.shape[0]`` (the MLX scales are passed, not read). With ``glu`` the pack pairs gate and up rows
+    (``glu_rows``), so the piece's rows g and g + 8 are the gate and up rows the epilogue pairs.
+
+    ``noc`` (a diagnostic, ``TENSORFOLD_GEMV3_NOC=1``): the loads without the dequantize-and-mma work."""
     nwp = max(nwp, nw)
     assert not sw or (u in (2, 4) and not (pf or stages) and kp == 1)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
