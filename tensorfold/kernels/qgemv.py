@@ -478,7 +478,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             for m in range(mt):
                 a(f"{ind}pu{suf} = ((G1 // {u}) * nt16 + min((ob{suf} >> 4) + {m}, nt16 - 1)) * {PWs}")
                 for h, dr in (("a", 0), ("b", 8)):
-                    a(f"{ind}wo{h}{m}{suf} = pu{suf} + (g + {dr}) * {u * wpg} + t * {lw}")
+                    a(f"{ind}wo{h}{m}{suf} = pu{suf} + (g + {dr}) * {wpg} + t * {lw}")
                     a(f"{ind}so{h}{m}{suf} = pu{suf} + {16 * u * wpg} + (g + {dr}) * {u // 2}")
             return
         for m in range(mt):
@@ -497,7 +497,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 for h in ("a", "b"):
                     for uu in range(u):
                         names = ", ".join(f"{pre}w{h}{m}_{uu}_{j}" for j in range(lw))
-                        a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {it} * istride + {uu * wpg})")
+                        a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {it} * istride + {uu * 16 * wpg})")
                     for nm, o8 in (("s", 0), ("b", 8 * u)):
                         names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
                         a(f"{ind}{names} = {lds}(W, so{h}{m}{suf} + {it} * istride + {o8})")
@@ -1151,8 +1151,9 @@ def glu_rows(out: int) -> np.ndarray:
 def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False) -> np.ndarray:
     """The swept layout of an MLX-packed weight (``P`` uint32 [out, in * bits / 32], bf16 ``S`` / ``B`` uint16
     [out, in / group]), for plans with ``sw``: piece ``(i, T)`` (K iteration ``i`` of ``u`` groups, 16-row unit
-    ``T``) holds the 16 rows' code words of those groups row by row, then their scales, then their biases
-    (``16 u`` bf16 each), and the pieces lie in the order ``i * units + T``. The units of one iteration are
+    ``T``) holds the code words of those groups group by group (each group's 16 rows in turn, so one warp load of
+    a group's words for 8 rows covers 256 contiguous bytes), then the rows' scales, then their biases (``16 u``
+    bf16 each, row by row), and the pieces lie in the order ``i * units + T``. The units of one iteration are
     adjacent, so the warps of a chunk, each on its own tile but at about the same iteration, read one contiguous
     window that sweeps through the weight, where the MLX layout has every warp reading 128 bytes from each of 16
     rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits.
@@ -1172,7 +1173,7 @@ def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False) -> np.
     def pad(a):
         return a if rows == out else np.concatenate([a, np.zeros((rows - out,) + a.shape[1:], a.dtype)])
 
-    w = pad(P.astype(np.uint32)).reshape(nu, 16, ni, u * wpg).transpose(2, 0, 1, 3).reshape(ni, nu, 16 * u * wpg)
+    w = pad(P.astype(np.uint32)).reshape(nu, 16, ni, u, wpg).transpose(2, 0, 3, 1, 4).reshape(ni, nu, 16 * u * wpg)
     sb = [pad(a.astype(np.uint16)).reshape(nu, 16, ni, u).transpose(2, 0, 1, 3).reshape(ni, nu, 16 * u)
           for a in (S, B)]
     sb = np.ascontiguousarray(np.concatenate(sb, axis=2))  # [ni, nu, 32 u] uint16: scales then biases
@@ -1195,11 +1196,12 @@ def _sweep_k(P, S, B, out_, u, wpg, gl):
         i = q // nu
         T = q - i * nu
         if w < 16 * u * wpg:
-            rr = w // (u * wpg)
+            g_ = w // (16 * wpg)  # the piece's codes: group by group, each group's 16 rows in turn
+            rr = (w // wpg) % 16
             r = T * 16 + rr
             if gl:
                 r = T * 8 + rr if rr < 8 else half + T * 8 + rr - 8
-            v = P[r, i * u * wpg + w % (u * wpg)] if r < rows else np.uint32(0)
+            v = P[r, (i * u + g_) * wpg + w % wpg] if r < rows else np.uint32(0)
         else:
             w2 = w - 16 * u * wpg  # a word of two bf16: scales (first 8 u words), then biases
             A = S if w2 < 8 * u else B

@@ -288,8 +288,8 @@ def test_private_counters():
 @pytest.mark.parametrize("bits,group,u,ks,mt", [(4, 64, 4, 2, 1), (4, 64, 2, 1, 2), (8, 32, 4, 2, 1),
                                                 (2, 128, 2, 2, 1), (4, 32, 4, 1, 1)])
 def test_swept_layout_same_bits(bits, group, u, ks, mt):
-    """``sweep_pack``'s layout (the pieces of one K iteration of every 16-row unit adjacent, scales and biases
-    inside each piece) feeds the same values to the same arithmetic: bit-equal to the MLX layout at 1, 3 and 6 rows,
+    """``sweep_pack``'s layout (the pieces of one K iteration of every 16-row unit adjacent, codes group by group,
+    scales and biases inside each piece) feeds the same values to the same arithmetic: bit-equal to the MLX layout at 1, 3 and 6 rows,
     with a partial last unit (72 rows: padded with zeros), one and two chunks; the packing itself is checked
     against the MLX arrays word by word; a plan handed the MLX layout is refused."""
     out, K = 72, 512
@@ -305,7 +305,9 @@ def test_swept_layout_same_bits(bits, group, u, ks, mt):
     for _ in range(20):  # random (row, iteration) entries of the packing, read back by hand
         r, i = int(rng.integers(out)), int(rng.integers(ng // u))
         piece = Wp[i * nu + r // 16]
-        assert np.array_equal(piece[(r % 16) * u * wpg:(r % 16 + 1) * u * wpg], P[r, i * u * wpg:(i + 1) * u * wpg])
+        for k in range(u):  # group k of the iteration: its 16 rows' words in turn
+            at = (k * 16 + r % 16) * wpg
+            assert np.array_equal(piece[at:at + wpg], P[r, (i * u + k) * wpg:(i * u + k + 1) * wpg])
         sb = piece[16 * u * wpg:].view(np.uint16)
         assert np.array_equal(sb[(r % 16) * u:(r % 16 + 1) * u], S[r, i * u:(i + 1) * u])
         assert np.array_equal(sb[16 * u + (r % 16) * u:16 * u + (r % 16 + 1) * u], B[r, i * u:(i + 1) * u])
