@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numba import cuda
@@ -596,8 +596,6 @@ class Runner:
         layout, which its GEMV launches read instead (the same bits; prompt GEMMs keep the MLX copy). A fused
         gate | up weight's copy pairs its gate and up rows, and all its GEMV launches take the SwiGLU epilogue.
         -> the copies' bytes. An experiment: it costs the weights' memory again."""
-        import dataclasses
-
         nbytes = 0
         for name, ent in self.arena._lin.items():
             p = ent.get("plan")
@@ -607,7 +605,7 @@ class Runner:
             # (with the launch bounds its one-row form is break-even with plain + silu: affine.glu_faster)
             glu = name.endswith("mlp.gate_up") and self.glu_on and affine.glu_ok(p, ent["out"])
             W = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], p.u, glu=glu)
-            self.swept[name] = (W, dataclasses.replace(p, sw=2 if glu else 1))
+            self.swept[name] = (W, replace(p, sw=2 if glu else 1))
             nbytes += W.nbytes
         cuda.synchronize()
         return nbytes

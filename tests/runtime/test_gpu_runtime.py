@@ -221,7 +221,7 @@ def test_fp8_vs_bf16_300(ck2b, arena2b):
 def test_swept_weights_same_logits(ck2b, arena2b, monkeypatch):
     """``TENSORFOLD_GEMV3_SWEPT=1``: the runner's decode GEMVs on qgemv (at 2B, the tied head) read swept copies of
     their weights; steps of 1 and 6 streams (one and two n-tiles) give the same logits bit for bit as a runner on
-    the MLX layout, and the arena's entries are left as they were."""
+    the MLX layout built on the same (shared) arena."""
     from tensorfold.runtime import forward as F
 
     rng = np.random.default_rng(19)
