@@ -6,6 +6,11 @@ Owns
   2..8 (word-level extraction, codes may cross words for 3/5/6 bits).
 - ``embed_affine_f32_k``: the same with float32 (or float16) scales / biases.
 - ``embed_dense_k(ids, W, y)``: bf16 bits table ``uint16 [V, H]`` -> float32.
+- ``embed_swept_k(ids, W, Wh, y, bits, group, u)``: the bf16-scale affine gather from a table in
+  ``qgemv.sweep_pack``'s layout (a tied head's single copy: flat words ``W``, the same memory as uint16 ``Wh``;
+  ``u`` groups an iteration): row ``p``'s group ``gi`` lies in piece ``(gi // u, p // 16)``, group slot ``gi % u``,
+  row ``p % 16``, its scale / bias in the piece's tail. The same values as ``embed_affine_bf16_k``, hence the same
+  bits.
 ids int32 ``[n]``, y float32 ``[n, H]``.
 
 Reference mirrored: ``tensorfold.reference.ops.embed`` (``affine_dequant`` rows, fp32 ``scale*q + bias``).
@@ -21,7 +26,8 @@ from numba import cuda
 from ._device import IS_SIM, bf16_to_f32, devfn, pdl_begin
 from . import _kcache
 
-__all__ = ["embed_affine_bf16_k", "embed_affine_f32_k", "embed_dense_k", "launch_embed_affine", "launch_embed_dense",
+__all__ = ["embed_affine_bf16_k", "embed_affine_f32_k", "embed_dense_k", "embed_swept_k", "launch_embed_affine",
+           "launch_embed_dense", "launch_embed_swept",
            "COMPILE_SPECS", "HOT"]
 
 _TPB = 64 if IS_SIM else 256
@@ -76,6 +82,34 @@ def embed_dense_k(ids, W, y):
         i += step
 
 
+@_kcache.kjit
+def embed_swept_k(ids, W, Wh, y, bits, group, u):
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
+    n, H = y.shape
+    mask = (np.uint32(1) << np.uint32(bits)) - np.uint32(1)
+    wpg = group * bits // 32
+    pw = 16 * u * wpg + 16 * u  # words of a piece
+    nu = W.shape[0] // (pw * (H // group // u))  # 16-row units
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n * H:
+        r = i // H
+        c = i - r * H
+        row = ids[r]
+        gi = c // group
+        base = ((gi // u) * nu + (row >> 4)) * pw
+        off = (c - gi * group) * bits
+        lo = base + (gi % u) * 16 * wpg + (row & 15) * wpg + (off >> 5)
+        sh = off & 31
+        v = W[lo] >> np.uint32(sh)
+        if sh + bits > 32:
+            v = v | (W[lo + 1] << np.uint32(32 - sh))
+        q = np.float32(np.uint32(v & mask))
+        sb = 2 * (base + 16 * u * wpg) + (row & 15) * u + gi % u
+        y[r, c] = bf16_to_f32(Wh[sb]) * q + bf16_to_f32(Wh[sb + 16 * u])
+        i += step
+
+
 def _grid(n, max_blocks):
     g = max(1, -(-n // _TPB))
     return g if max_blocks is None else min(g, max_blocks)
@@ -84,6 +118,14 @@ def _grid(n, max_blocks):
 def launch_embed_affine(ids, W, S, B, y, bits, group, stream=0, max_blocks=None):
     k = embed_affine_bf16_k if np.dtype(S.dtype) == np.uint16 else embed_affine_f32_k
     k[_grid(y.size, max_blocks), _TPB, stream](ids, W, S, B, y, np.int32(bits), np.int32(group))
+
+
+def launch_embed_swept(ids, W, y, bits, group, u, stream=0, max_blocks=None):
+    """``y[r] = row ids[r]`` of a bf16-scale affine table in ``qgemv.sweep_pack``'s layout (``W`` uint32
+    ``[pieces, words]``, ``u`` groups an iteration)."""
+    Wf = W.reshape(W.size)
+    embed_swept_k[_grid(y.size, max_blocks), _TPB, stream](ids, Wf, Wf.view(np.uint16), y, np.int32(bits),
+                                                           np.int32(group), np.int32(u))
 
 
 def launch_embed_dense(ids, W, y, stream=0, max_blocks=None):
@@ -96,5 +138,6 @@ COMPILE_SPECS = [
     (embed_affine_f32_py,
      "void(int32[::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32)"),
     (embed_dense_k, "void(int32[::1], uint16[:, ::1], float32[:, ::1])"),
+    (embed_swept_k, "void(int32[::1], uint32[::1], uint16[::1], float32[:, ::1], int32, int32, int32)"),
 ]
-HOT = {"embed_affine_bf16_k", "embed_dense_k"}
+HOT = {"embed_affine_bf16_k", "embed_dense_k", "embed_swept_k"}

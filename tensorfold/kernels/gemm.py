@@ -889,16 +889,29 @@ def _gen_xprep2(name: str, bits: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True, dq: bool = False) -> str:
-    """``dq`` (the default for bf16 scales, ``gemm.DQ``; ``TENSORFOLD_GEMM_DQ=0`` turns it off): each code pair is
+def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True, dq: bool = False,
+                 sw: int = 0, glu: bool = False) -> str:
+    """``sw`` = ``u`` (2 or 4; ``dq`` only): W is in ``qgemv.sweep_pack``'s layout with ``u`` groups an iteration
+    (the runtime's single copy of a decode weight, which the GEMVs read in that order), and the kernel is
+    ``name(W, Wh, XF, SXT, y, R, out, ng)``: ``W`` the flat words, ``Wh`` the same memory as uint16 (scales and
+    biases), ``out`` rows, ``ng`` groups along K. A stage's 16-byte chunk of row ``p`` lies in piece
+    ``(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``; scales / biases at the piece's tail. The values
+    reaching the arithmetic are the same, hence the same bits. ``glu``: the rows are in ``qgemv.glu_rows`` order
+    (gate and up rows paired); the store puts physical row ``p`` back at its logical column.
+
+    ``dq`` (the default for bf16 scales, ``gemm.DQ``; ``TENSORFOLD_GEMM_DQ=0`` turns it off): each code pair is
     dequantized to bf16 in the registers, ``fma.rn.bf16x2(q, s, b)`` (one rounding of ``s q + b``, as MLX's bf16
     dequantization), and meets x's bf16 high part only, so a k-step is one mma, the accumulators run over the whole
     K, and there is no per-group epilogue. ptxas (sm_90, 4-bit g64, default geometry): a 290-instruction main loop
     instead of 415, 124 registers instead of 166 (four blocks an SM). Prompt rows then carry bf16-class weights and
     x (the runtime's prompt-vs-step KL test bounds the effect)."""
     assert not dq or (sk == "bf16" and bits in (4, 8))
+    assert not sw or (dq and sw in (2, 4))
+    assert not glu or sw
     if dq:
         xlo = False
+    wpg = group * bits // 32  # words of one row's group
+    PWs = 16 * sw * wpg + 16 * sw  # words of a swept piece
     NWO, NWR, MT, NT, NSTG = geo[:5]
     TPB = 32 * NWO * NWR
     BO, BR = NWO * MT * 16, NWR * NT * 8
@@ -916,7 +929,10 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     assert 2 <= NSTG <= 4 and RPAD % BR == 0
     L = []
     a = L.append
-    a(f"def {name}(W, S, B, XF, SXT, y, R):")
+    if sw:
+        a(f"def {name}(W, Wh, XF, SXT, y, R, out, ng):")
+    else:
+        a(f"def {name}(W, S, B, XF, SXT, y, R):")
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -926,10 +942,18 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     a(f"    wr = warp // {NWO}")
     a(f"    Ws = cuda.shared.array({NSTG * WSZ}, np.uint32, alignment=16)")
     a(f"    Xs = cuda.shared.array({NSTG * XSZ}, np.uint32, alignment=16)")
-    a("    out = W.shape[0]")
-    a(f"    KS = W.shape[1] * {32 // bits} // 16")
-    a("    nst = KS // 4")
-    a(f"    ng = nst // {SPS}")
+    if sw:
+        a(f"    nst = ng * {SPS}")
+        a("    KS = nst * 4")
+        a("    nu = (out + 15) >> 4")
+        a(f"    istr = nu * {PWs}")  # words from one iteration's pieces to the next's
+        if glu:
+            a("    hout = out >> 1")
+    else:
+        a("    out = W.shape[0]")
+        a(f"    KS = W.shape[1] * {32 // bits} // 16")
+        a("    nst = KS // 4")
+        a(f"    ng = nst // {SPS}")
     a(f"    o0 = cuda.blockIdx.x * {BO}")
     a(f"    r0 = cuda.blockIdx.y * {BR}")
     a(f"    nt0 = cuda.blockIdx.y * {NNT}")
@@ -938,6 +962,8 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         a(f"    qW{u} = tid + {u * TPB}")
         a(f"    rowW{u} = min(o0 + qW{u} // {CW}, out - 1)")
         a(f"    cW{u} = (qW{u} % {CW}) * 4")
+        if sw:  # the chunk's words in its piece, less the stage's part
+            a(f"    pW{u} = (rowW{u} >> 4) * {PWs} + (rowW{u} & 15) * {wpg} + cW{u}")
     for u in range(uX):
         a(f"    qX{u} = tid + {u * TPB}")
         a(f"    gX{u} = (nt0 + qX{u} // 128) * KS * 128 + (qX{u} % 128) * 4")
@@ -945,6 +971,9 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         for hh in range(2):
             a(f"    so{i}_{hh} = min(o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g, out - 1)")
         a(f"    ar{i} = ((wo * {MT} + {i}) * 16 + g) * {WPS} + t * {LW}")
+        if sw:  # a row's scale / bias slot 0 (uint16 index) in its piece of iteration 0
+            for hh in range(2):
+                a(f"    sp{i}_{hh} = 2 * ((so{i}_{hh} >> 4) * {PWs} + {16 * sw * wpg}) + (so{i}_{hh} & 15) * {sw}")
     a(f"    sr = r0 + wr * {NT * 8} + 2 * t")  # rows 2t, 2t+1 of n-tile j: sr + 8j (< Rp: RPAD padding)
     for j in range(NT):
         a(f"    bo{j} = (wr * {NT} + {j}) * 512 + lane * 4")
@@ -955,7 +984,12 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
             if (u + 1) * TPB > NCW:
                 a(f"{ind}if qW{u} < {NCW}:")
                 i2 = ind + "    "
-            a(f"{i2}cp_async16(Ws, {bufv} * {WSZ} + qW{u} * 4, W, rowW{u}, {stv} * {WPS} + cW{u})")
+            if sw:
+                a(f"{i2}sgi = ({stv}) // {SPS}")
+                a(f"{i2}cp_async16_1d(Ws, {bufv} * {WSZ} + qW{u} * 4, W, pW{u} + (sgi // {sw}) * istr + "
+                  f"(sgi % {sw}) * {16 * wpg} + (({stv}) % {SPS}) * {WPS})")
+            else:
+                a(f"{i2}cp_async16(Ws, {bufv} * {WSZ} + qW{u} * 4, W, rowW{u}, {stv} * {WPS} + cW{u})")
         for u in range(uX):
             i2 = ind
             if (u + 1) * TPB > NCX:
@@ -981,10 +1015,15 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
                 cur[i, j, c] = f"acc{i}_{j}_{c}" if dq else "zero"
     def _scales():
         if dq:  # the group's scales and biases as bf16 pairs (both halves the same row's value)
+            if sw:
+                a(f"{I}sgo = 2 * (gi // {sw}) * istr + gi % {sw}")
             for i in range(MT):
                 for hh in range(2):
                     for arr, nm in (("S", "es"), ("B", "eb")):
-                        a(f"{I}{nm}r{i}_{hh} = np.uint32(ld2({arr}, so{i}_{hh}, gi))")
+                        if sw:
+                            a(f"{I}{nm}r{i}_{hh} = np.uint32(Wh[sp{i}_{hh} + sgo + {0 if nm == 'es' else 16 * sw}])")
+                        else:
+                            a(f"{I}{nm}r{i}_{hh} = np.uint32(ld2({arr}, so{i}_{hh}, gi))")
                         a(f"{I}{nm}{i}_{hh} = {nm}r{i}_{hh} | ({nm}r{i}_{hh} << np.uint32(16))")
             return
         # the group's scales, biases and x sums (used by the group epilogue)
@@ -1053,7 +1092,11 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
                     a(f"{I}acc{i}_{j}_{c} = (acc{i}_{j}_{c} + es{i}_{hh} * {cur[i, j, c]}) + eb{i}_{hh} * sx{j}[{cc}]")
     for i in range(MT):
         for hh in range(2):
-            a(f"    yo{i}_{hh} = o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g")
+            if glu:  # physical row p = 16 T + 8 hh + g holds gate row 8 T + g (hh 0) or up row hout + 8 T + g
+                a(f"    yo{i}_{hh} = ((o0 + wo * {MT * 16} + {i * 16}) >> 1) + g" + (" + hout" if hh else ""))
+                a(f"    yq{i}_{hh} = o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g")  # physical, for the bound
+            else:
+                a(f"    yo{i}_{hh} = o0 + wo * {MT * 16} + {i * 16 + 8 * hh} + g")
     for j in range(NT):
         for cc in range(2):
             a(f"    yr{j}_{cc} = r0 + wr * {NT * 8} + {j * 8 + cc} + 2 * t")
@@ -1061,7 +1104,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         for j in range(NT):
             for c in range(4):
                 hh, cc = c >> 1, c & 1
-                a(f"    if yo{i}_{hh} < out and yr{j}_{cc} < R:")
+                a(f"    if {'yq' if glu else 'yo'}{i}_{hh} < out and yr{j}_{cc} < R:")
                 a(f"        y[yr{j}_{cc}, yo{i}_{hh}] = acc{i}_{j}_{c}")
     return "\n".join(L) + "\n"
 
@@ -1106,23 +1149,57 @@ def launch_xprep(x, XF, SXT, R: int, bits: int, stream=0, version=None):
         get_xprep_kernel(bits)[(-(-Rp // XPREP_TPB), ng), XPREP_TPB, stream](x, XF, SXT, np.int32(R))
 
 
-def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False):
-    key = ("py3", bits, group, sk, tuple(geo), xlo, dq)
+def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False,
+                     sw: int = 0, glu: bool = False):
+    key = ("py3", bits, group, sk, tuple(geo), xlo, dq, sw, glu)
     if key not in _KCACHE:
-        name = f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}" + ("_dq" if dq else ("" if xlo else "_hi"))
-        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo, dq))
+        name = (f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}" + ("_dq" if dq else ("" if xlo else "_hi"))
+                + (f"_sw{sw}" if sw else "") + ("_glu" if glu else ""))
+        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo, dq, sw, glu))
     return _KCACHE[key]
 
 
-def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False):
-    key = ("k3", bits, group, sk, tuple(geo), xlo, dq)
+def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False,
+                     sw: int = 0, glu: bool = False):
+    key = ("k3", bits, group, sk, tuple(geo), xlo, dq, sw, glu)
     if key not in _KCACHE:
+        f = get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq, sw, glu)
         lb = (32 * geo[0] * geo[1], geo[5]) if len(geo) > 5 and geo[5] and not IS_SIM else None
         if lb:  # an optional 6th geometry entry: minimum resident blocks per SM (launch bounds; caps registers)
-            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq), launch_bounds=lb)
+            _KCACHE[key] = _kcache.jit(f, launch_bounds=lb)
         else:
-            _KCACHE[key] = _kcache.jit(get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq))
+            _KCACHE[key] = _kcache.jit(f)
     return _KCACHE[key]
+
+
+def swept_ok(inp: int, bits: int, group: int) -> bool:
+    """Whether prompt GEMMs can read a weight in ``qgemv.sweep_pack``'s layout (``launch_qgemm_swept``): the v3
+    kernel's formats with its dequantize-in-registers form (bf16 scales)."""
+    return IMPL == "v3" and DQ and supported3(inp, bits, group)
+
+
+def launch_qgemm_swept(W, x, y, bits: int, group: int, u: int, out: int, *, glu: bool = False, stream=0,
+                       rows=None, ws=None, geo=None):
+    """``launch_qgemm`` for a weight in ``qgemv.sweep_pack``'s layout (``W`` uint32 ``[pieces, words]``, ``u``
+    groups an iteration, ``out`` rows; ``glu``: rows in ``qgemv.glu_rows`` order, written back to their logical
+    columns). The same bits as ``launch_qgemm`` on the MLX layout with bf16 scales."""
+    inp = x.shape[1]
+    R = int(rows if rows is not None else x.shape[0])
+    if not swept_ok(inp, bits, group):
+        raise ValueError(f"launch_qgemm_swept: {bits}-bit g{group} with in {inp} has no swept prompt GEMM")
+    if R <= 0:
+        return y
+    geo = geo3(bits, group) if geo is None else tuple(geo)
+    Rp = -(-R // RPAD) * RPAD
+    ng = inp // group
+    XF, SXT = _scratch(ws, Rp, inp, ng)
+    launch_xprep(x, XF, SXT, R, bits, stream)
+    k = get_gemm3_kernel(bits, group, "bf16", geo, False, True, u, glu)
+    Wf = W.reshape(W.size)
+    bo, br = tile3(geo)
+    k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](Wf, Wf.view(np.uint16), XF, SXT, y, np.int32(R),
+                                                                  np.int32(out), np.int32(ng))
+    return y
 
 
 def supported3(inp: int, bits: int, group: int) -> bool:
@@ -1191,6 +1268,7 @@ _GH = "void(uint32[:, ::1], float16[:, ::1], float16[:, ::1], float32[:, ::1], f
 
 
 _G3 = "void(uint32[:, ::1], {s}[:, ::1], {s}[:, ::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32)"
+_G3S = "void(uint32[::1], uint16[::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)"
 
 
 def _specs():
@@ -1213,6 +1291,13 @@ def _specs():
                 hot.add(f.__name__)
     specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), xlo=False), _G3.format(s="uint16")))  # opt-in
     specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), dq=True), _G3.format(s="uint16")))  # opt-in
+    for bits in _BITS3:  # swept (the runtime's single-copy decode layout): u 2 / 4, plain and gate | up paired
+        for group in _GROUPS3:
+            for u in (2, 4):
+                for glu in (False, True):
+                    f = get_gemm3_pyfunc(bits, group, "bf16", geo3(bits, group), False, True, u, glu)
+                    specs.append((f, _G3S))
+                    hot.add(f.__name__)
     for bits in _BITS3:
         for f in (get_xprep_pyfunc(bits), get_xprep2_pyfunc(bits)):
             specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))

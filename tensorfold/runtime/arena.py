@@ -308,3 +308,34 @@ class Arena:
 
     def vec(self, name: str):
         return self._vec[name]
+
+    def sweep(self, name: str, u: int, glu: bool = False) -> int:
+        """Rewrite affine linear ``name`` in place into ``qgemv.sweep_pack``'s layout (``u`` groups an iteration;
+        ``glu``: gate | up rows paired): the swept words take the bytes of its W, S and B, which ``plan_arena``
+        lays out one after the other. Its entry then has ``sw = (u, glu)`` and ``W`` the swept ``[pieces, words]``
+        array; ``S`` / ``B`` keep their shapes only (their bytes now hold swept words: every reader must branch on
+        ``sw``). The repack goes through one temporary copy of the linear. -> bytes rewritten, 0 where the entry
+        cannot take it (already swept, not bf16-scale affine, or its parts not adjacent / too small)."""
+        from ..kernels import qgemv
+
+        ent = self._lin[name]
+        if ent.get("sw") or ent["kind"] != "affine" or np.dtype(ent["S"].dtype) != np.uint16:
+            return 0
+        base = self.buf.__cuda_array_interface__["data"][0]
+
+        def at(a):
+            return a.__cuda_array_interface__["data"][0] - base
+
+        oW, oS, oB = at(ent["W"]), at(ent["S"]), at(ent["B"])
+        shape = qgemv.sweep_shape(ent["out"], ent["in"], ent["bits"], ent["group"], u)
+        n = shape[0] * shape[1] * 4
+        if not (oW < oS < oB) or oB + ent["B"].nbytes - oW < n:
+            return 0
+        tmp = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], u, glu=glu)
+        dst = self.buf[oW:oW + n]
+        dst.copy_to_device(tmp.reshape(tmp.size).view(np.uint8))
+        cuda.synchronize()
+        del tmp
+        ent["W"] = dst.view(np.uint32).reshape(shape)
+        ent["sw"] = (u, bool(glu))
+        return n

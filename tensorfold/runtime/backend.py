@@ -100,7 +100,7 @@ class CudaBackend(Backend):
             f"{self.context} tokens, decode graphs {'on' if self.graphs.use_graphs else 'off'}"
             f"{' (' + self.graphs.capture_error + ')' if self.graphs.capture_error else ''}, "
             f"loaded in {self.load_seconds:.1f} s"
-            + (f", swept GEMV copies {self.runner.swept_bytes / 2**30:.2f} GiB" if self.runner.swept_bytes else ""))
+            + (f", swept layout {self.runner.swept_bytes / 2**30:.2f} GiB" if self.runner.swept_bytes else ""))
         if progress:
             print(self.startup_line, file=sys.stderr)
 

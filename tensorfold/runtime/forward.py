@@ -527,7 +527,10 @@ class Buffers:
 
 def _embed(wt, ids, out, stream):
     """out[r] = row ids[r] of the embedding (an arena linear entry: MLX affine, bf16 / f32 scales, or bf16 dense)."""
-    if wt["kind"] == "affine":
+    if wt.get("sw"):
+        embedding.launch_embed_swept(ids, wt["W"], out, wt["bits"], wt["group"], wt["sw"][0], stream=stream,
+                                     **_SIM_MB)
+    elif wt["kind"] == "affine":
         embedding.launch_embed_affine(ids, wt["W"], wt["S"], wt["B"], out, wt["bits"], wt["group"], stream=stream,
                                       **_SIM_MB)
     else:
@@ -544,10 +547,17 @@ def prompt_graphs_on() -> bool:
     return os.environ.get("TENSORFOLD_PROMPT_GRAPH", "0" if IS_SIM else "1") == "1"
 
 
-def swept_on() -> bool:
-    """``TENSORFOLD_GEMV3_SWEPT=1`` (read when a runner is built; never in the simulator, whose GEMVs are host
-    stand-ins): decode GEMVs on qgemv read swept copies of their weights (``Runner._sweep_weights``)."""
-    return not IS_SIM and os.environ.get("TENSORFOLD_GEMV3_SWEPT", "0").strip() == "1"
+def swept_mode() -> str:
+    """``TENSORFOLD_SWEPT`` (read when a runner is built): which decode weights the runner rewrites in place into
+    ``qgemv.sweep_pack``'s layout (``Runner._sweep_weights``): "all" (the default on the GPU: every linear whose
+    GEMV plan, prompt GEMM and embedding gather can read it), "gate_up" (the fused MLP gate | up weights only) or
+    "0" (none; the MLX layout everywhere). Never in the simulator, whose GEMVs are host stand-ins."""
+    if IS_SIM:
+        return "0"
+    v = os.environ.get("TENSORFOLD_SWEPT", "all").strip().lower()
+    if v not in ("all", "gate_up", "0"):
+        raise ValueError(f"TENSORFOLD_SWEPT={v!r}: expected all, gate_up or 0")
+    return v
 
 
 class Runner:
@@ -584,30 +594,38 @@ class Runner:
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
         self.glu_on = os.environ.get("TENSORFOLD_GLU", "1").strip() != "0"
-        self.swept: dict = {}  # linear name -> (swept copy, its plan): this runner's own (the arena is shared)
-        self.swept_bytes = self._sweep_weights() if swept_on() else 0
+        self.swept_bytes = self._sweep_weights(swept_mode())
         self._pgraphs: dict = {}  # prompt graphs by (rows bucket, segments, outputs, ...), see _prompt_graphed
         self._pgraph_failed: set = set()
         self._core_stream = self._core_for = None
         self.prompt_graph_error = None
 
-    def _sweep_weights(self) -> int:
-        """``TENSORFOLD_GEMV3_SWEPT=1``: a second copy of every qgemv-planned weight in ``qgemv.sweep_pack``'s
-        layout, which its GEMV launches read instead (the same bits; prompt GEMMs keep the MLX copy). A fused
-        gate | up weight's copy pairs its gate and up rows, and all its GEMV launches take the SwiGLU epilogue.
-        -> the copies' bytes. An experiment: it costs the weights' memory again."""
+    def _sweep_weights(self, mode: str) -> int:
+        """Rewrite decode weights in place into ``qgemv.sweep_pack``'s layout (``Arena.sweep``; ``mode`` from
+        ``swept_mode``): affine bf16-scale linears whose qgemv plan reads it (``u`` 2 / 4, not the prefetch form)
+        and whose prompt GEMM can (``gemm.swept_ok``). A fused gate | up weight pairs its gate and up rows, and all
+        its GEMV launches then take the SwiGLU epilogue. The GEMVs read a swept weight in the order it lies (session
+        20: 9B gate + up 28.0 -> 24.8 us); the same bits everywhere. The arena is shared: a second runner finds the
+        entries swept. -> bytes of the arena in that layout."""
         nbytes = 0
         for name, ent in self.arena._lin.items():
             p = ent.get("plan")
-            if ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4) or p.pf:
+            if ent.get("sw"):
+                nbytes += ent["W"].nbytes
+                continue
+            if (mode == "0" or ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4)
+                    or p.pf or not gemm.swept_ok(ent["in"], ent["bits"], ent["group"])):
+                continue
+            gate_up = name.endswith("mlp.gate_up")
+            if mode == "gate_up" and not gate_up:
                 continue
             # a fused gate | up weight is paired for the SwiGLU epilogue, which then serves every GEMV launch of it
             # (with the launch bounds its one-row form is break-even with plain + silu: affine.glu_faster)
-            glu = name.endswith("mlp.gate_up") and self.glu_on and affine.glu_ok(p, ent["out"])
-            W = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], p.u, glu=glu)
-            self.swept[name] = (W, replace(p, sw=2 if glu else 1))
-            nbytes += W.nbytes
-        cuda.synchronize()
+            glu = gate_up and self.glu_on and affine.glu_ok(p, ent["out"])
+            n = self.arena.sweep(name, p.u, glu=glu)
+            if n:
+                ent["plan"] = replace(p, sw=2 if glu else 1)
+                nbytes += n
         return nbytes
 
     # ---------------------------------------------------------------------------------------------- pieces
@@ -620,9 +638,9 @@ class Runner:
         ``TENSORFOLD_GLU=0`` (read when the runner is built) turns it off."""
         if not self.glu_on or (IS_SIM and self.sim_stand_ins) or (prompt and R > 16):
             return False
-        if name in self.swept:  # its swept copy has gate / up rows paired exactly when it serves the epilogue
-            return self.swept[name][1].sw == 2
         ent = self.arena.linear(name)
+        if ent.get("sw"):  # a swept weight has gate / up rows paired exactly when it serves the epilogue
+            return ent["sw"][1]
         return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
     def _linear(self, name, x, y, R, prompt, stream, glu=False):
@@ -632,17 +650,21 @@ class Runner:
         if IS_SIM and self.sim_stand_ins:
             glue.sim_linear(ent, x[:R], y[:R])
             return
+        sw = ent.get("sw")
         if prompt and ent["kind"] == "affine" and R > 16:
-            gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
-                                stream=stream, rows=R, ws=self.buf.gemm_ws)
+            if sw:
+                gemm.launch_qgemm_swept(ent["W"], x[:R], y[:R], ent["bits"], ent["group"], sw[0], ent["out"],
+                                        glu=sw[1], stream=stream, rows=R, ws=self.buf.gemm_ws)
+            else:
+                gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
+                                  stream=stream, rows=R, ws=self.buf.gemm_ws)
             return
         p = ent["plan"]
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
-            if name in self.swept and bool(glu) == (self.swept[name][1].sw == 2):
-                Wsw, psw = self.swept[name]
-                qgemv.launch(Wsw, ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], psw, n, ws=ws, stream=stream,
+            if sw:  # the plan has sw; a paired weight refuses a launch without the epilogue (qgemv.launch)
+                qgemv.launch(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], p, n, ws=ws, stream=stream,
                              glu=glu, cnt=self.buf.qcnt)
             elif ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],

@@ -223,3 +223,40 @@ def test_dq_real_shapes(model, which, monkeypatch):
     for r in (0, 333, 511):
         y1 = _launch(cuda, dP, dS, dB, dx[r:r + 1], 1, out, bits, group, "v3")
         assert np.array_equal(y1[0].view(np.uint32), y[r].view(np.uint32)), f"row {r}: R=1 != R={R}"
+
+
+@pytest.mark.parametrize("model,which,u", [("9B", "gate_up", 4), ("27B", "down", 4), ("2B", "gate_up", 2)])
+def test_swept_real_shapes(model, which, u, monkeypatch):
+    """The prompt GEMM on ``qgemv.sweep_pack``'s layout (the runtime's single copy of a swept decode weight, packed
+    on the device by ``sweep_pack_device``) at real shapes, 300 rows: bit-equal to the MLX-layout default (``DQ``)
+    kernel, plain and with gate | up rows paired (``glu``: written back to the logical columns); the MLX result is
+    within the ``dq_ref`` bound of its oracle."""
+    cuda = _cuda()
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_sim_gemm3 import dq_ref
+
+    from tensorfold.kernels import gemm as G
+    from tensorfold.kernels import qgemv as Q
+
+    monkeypatch.setattr(G, "DQ", True)
+    H, I = SHAPES[model]
+    out, inp = (2 * I, H) if which == "gate_up" else (H, I)
+    bits, group, R = 4, 64, 300
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((R, inp)).astype(np.float32)
+    dP, dS, dB, dx = (cuda.to_device(a) for a in (P, S, B, x))
+    base = _launch(cuda, dP, dS, dB, dx, R, out, bits, group, "v3")
+    W = _dequant(P, S, B, bits, group)
+    rows = rng.choice(R, 24, replace=False)
+    bound = np.abs(x[rows].astype(np.float64)) @ np.abs(W.astype(np.float64)).T
+    assert (np.abs(base[rows] - dq_ref(x[rows], W)) <= TOL * bound).all()
+    for glu in ((False, True) if which == "gate_up" else (False,)):
+        Wp = Q.sweep_pack_device(dP, dS, dB, bits, group, u, glu=glu)
+        dy = cuda.to_device(np.full((R, out), np.nan, np.float32))
+        G.launch_qgemm_swept(Wp, dx, dy, bits, group, u, out, glu=glu)
+        cuda.synchronize()
+        y = dy.copy_to_host()
+        assert np.array_equal(y.view(np.uint32), base.view(np.uint32)), f"glu={glu}"

@@ -219,22 +219,28 @@ def test_fp8_vs_bf16_300(ck2b, arena2b):
 
 
 def test_swept_weights_same_logits(ck2b, arena2b, monkeypatch):
-    """``TENSORFOLD_GEMV3_SWEPT=1``: the runner's decode GEMVs on qgemv (at 2B, the tied head) read swept copies of
-    their weights; steps of 1 and 6 streams (one and two n-tiles) give the same logits bit for bit as a runner on
-    the MLX layout built on the same (shared) arena."""
+    """The swept layout (``TENSORFOLD_SWEPT``, default "all": the runner rewrites its decode weights in place into
+    ``qgemv.sweep_pack``'s order; at 2B the fused projections, the MLP and the tied head) against a second arena left
+    in the MLX layout (``TENSORFOLD_SWEPT=0``): prompts of 40 tokens (the prompt GEMM and the embedding gather on
+    the swept words) and then steps of 1 and 6 streams (the GEMVs) give the same logits bit for bit."""
     from tensorfold.runtime import forward as F
+    from tensorfold.runtime.arena import Arena
 
-    rng = np.random.default_rng(19)
-    base = _runner(ck2b, arena2b, "bf16", slots=6)
-    monkeypatch.setenv("TENSORFOLD_GEMV3_SWEPT", "1")
+    rng = np.random.default_rng(20)
+    monkeypatch.setenv("TENSORFOLD_SWEPT", "0")
+    base = _runner(ck2b, Arena.upload(ck2b.tensors, ck2b.config, progress=False), "bf16", slots=6)
+    monkeypatch.setenv("TENSORFOLD_SWEPT", "all")
     sw = _runner(ck2b, arena2b, "bf16", slots=6)
-    assert sw.swept and sw.swept_bytes > 0 and not base.swept
-    P = _ids(rng, 24)
-    for run in (base, sw):
-        run.forward(F.prompt_batch([(s, P, 0) for s in range(6)]), logits=False)
+    names = [n for n, e in arena2b._lin.items() if e.get("sw")]
+    assert base.swept_bytes == 0 and sw.swept_bytes > 0 and "embed_tokens" in names
+    assert any(arena2b.linear(n)["sw"][1] for n in names)  # a gate | up weight paired for the epilogue
+    P = _ids(rng, 40)
+    outs = [run.forward(F.prompt_batch([(s, P, 0) for s in range(6)]))[0] for run in (base, sw)]
+    assert np.array_equal(np.asarray(outs[0]).view(np.uint32), np.asarray(outs[1]).view(np.uint32)), "prompt"
     t = _ids(rng, 6)
     for slots in ([0], list(range(6))):
         a, _ = base.forward(F.step_batch(slots, t[:len(slots)], [len(P)] * len(slots)))
         b, _ = sw.forward(F.step_batch(slots, t[:len(slots)], [len(P)] * len(slots)))
         assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32)), f"{len(slots)} streams"
-    print(f"\nswept copies {sw.swept_bytes / 2**20:.0f} MiB ({', '.join(sw.swept)}): logits equal at 1 and 6 streams")
+    print(f"\nswept layout {sw.swept_bytes / 2**20:.0f} MiB ({len(names)} linears): logits equal (prompt of 40, "
+          f"steps of 1 and 6 streams)")
