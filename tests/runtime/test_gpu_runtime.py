@@ -218,22 +218,27 @@ def test_fp8_vs_bf16_300(ck2b, arena2b):
     assert top1 >= 0.8
 
 
-def test_swept_weights_same_logits(ck2b, arena2b, monkeypatch):
+def test_swept_weights_same_logits(ck2b, monkeypatch):
     """The swept layout (``TENSORFOLD_SWEPT``, default "all": the runner rewrites its decode weights in place into
-    ``qgemv.sweep_pack``'s order; at 2B the fused projections, the MLP and the tied head) against a second arena left
-    in the MLX layout (``TENSORFOLD_SWEPT=0``): prompts of 40 tokens (the prompt GEMM and the embedding gather on
-    the swept words) and then steps of 1 and 6 streams (the GEMVs) give the same logits bit for bit."""
+    ``qgemv.sweep_pack``'s order) against a second arena left in the MLX layout (``TENSORFOLD_SWEPT=0``), both with
+    every linear on qgemv (``TENSORFOLD_GEMV_V3=1``: at 2B the size rule leaves all but the tied head on the first
+    kernel, which reads the MLX layout): prompts of 40 tokens a stream (the prompt GEMM, gate | up paired, and the
+    embedding gather on swept words), then steps of 1 and 6 streams (the GEMVs, the SwiGLU epilogue) give the same
+    logits bit for bit."""
     from tensorfold.runtime import forward as F
     from tensorfold.runtime.arena import Arena
 
     rng = np.random.default_rng(20)
-    monkeypatch.setenv("TENSORFOLD_SWEPT", "0")
-    base = _runner(ck2b, Arena.upload(ck2b.tensors, ck2b.config, progress=False), "bf16", slots=6)
-    monkeypatch.setenv("TENSORFOLD_SWEPT", "all")
-    sw = _runner(ck2b, arena2b, "bf16", slots=6)
-    names = [n for n, e in arena2b._lin.items() if e.get("sw")]
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "1")
+    runs = []
+    for mode in ("0", "all"):
+        monkeypatch.setenv("TENSORFOLD_SWEPT", mode)
+        arena = Arena.upload(ck2b.tensors, ck2b.config, progress=False)
+        runs.append((_runner(ck2b, arena, "bf16", slots=6), arena))
+    (base, _), (sw, arena) = runs
+    names = [n for n, e in arena._lin.items() if e.get("sw")]
     assert base.swept_bytes == 0 and sw.swept_bytes > 0 and "embed_tokens" in names
-    assert any(arena2b.linear(n)["sw"][1] for n in names)  # a gate | up weight paired for the epilogue
+    assert any(arena.linear(n)["sw"][1] for n in names)  # a gate | up weight paired for the epilogue
     P = _ids(rng, 40)
     outs = [run.forward(F.prompt_batch([(s, P, 0) for s in range(6)]))[0] for run in (base, sw)]
     assert np.array_equal(np.asarray(outs[0]).view(np.uint32), np.asarray(outs[1]).view(np.uint32)), "prompt"
