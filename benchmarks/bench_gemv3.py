@@ -84,15 +84,15 @@ def _region_kernel():
 
 
 def swept_copies(ctx, mats, bits, group, keys):
-    """{(u, glu): [(Wswept, S, B, keep)]}: the weight copies in ``qgemv.sweep_pack``'s layout (gate / up rows
-    paired where ``glu``), one device repack a copy, so rotating still defeats L2"""
+    """{(u, glu, per): [(Wswept, S, B, keep)]}: the weight copies in ``qgemv.sweep_pack``'s layout (gate / up rows
+    paired where ``glu``, runs of ``per`` iterations), one device repack a copy, so rotating still defeats L2"""
     from tensorfold.kernels import qgemv as Q
 
     cuda = ctx["cuda"]
     res = {}
-    for u, glu in sorted(keys):
-        res[(u, glu)] = [(Q.sweep_pack_device(m[0], m[1], m[2], bits, group, u, glu=glu), m[1], m[2])
-                         for m in mats]
+    for u, glu, per in sorted(keys):
+        res[(u, glu, per)] = [(Q.sweep_pack_device(m[0], m[1], m[2], bits, group, u, glu=glu, per=per), m[1], m[2])
+                              for m in mats]
     cuda.synchronize()
     return res
 
@@ -188,11 +188,13 @@ def main(argv=None):
                 forms += [(nm + " glu", p, True, mats) for nm, p in plans if A.glu_ok(p, out)]
             if args.swept:
                 v3 = [(nm, p) for nm, p in plans if isinstance(p, Q.V3Plan) and p.u in (2, 4)]
-                keys = {(p.u, False) for _, p in v3} | {(p.u, True) for _, p in v3 if args.glu and A.glu_ok(p, out)}
+                keys = ({(p.u, False, p.per) for _, p in v3}
+                        | {(p.u, True, p.per) for _, p in v3 if args.glu and A.glu_ok(p, out)})
                 smats = smats or swept_copies(ctx, mats, bits, group, keys)
-                forms += [(nm + " sw", dataclasses.replace(p, sw=1), False, smats[(p.u, False)]) for nm, p in v3]
-                forms += [(nm + " sw glu", dataclasses.replace(p, sw=2), True, smats[(p.u, True)]) for nm, p in v3
-                          if (p.u, True) in smats]
+                forms += [(nm + " sw", dataclasses.replace(p, sw=1), False, smats[(p.u, False, p.per)])
+                          for nm, p in v3]
+                forms += [(nm + " sw glu", dataclasses.replace(p, sw=2), True, smats[(p.u, True, p.per)])
+                          for nm, p in v3 if (p.u, True, p.per) in smats]
             for name, p, glu, mats_ in forms:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 

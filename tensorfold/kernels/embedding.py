@@ -6,10 +6,10 @@ Owns
   2..8 (word-level extraction, codes may cross words for 3/5/6 bits).
 - ``embed_affine_f32_k``: the same with float32 (or float16) scales / biases.
 - ``embed_dense_k(ids, W, y)``: bf16 bits table ``uint16 [V, H]`` -> float32.
-- ``embed_swept_k(ids, W, Wh, y, bits, group, u)``: the bf16-scale affine gather from a table in
+- ``embed_swept_k(ids, W, Wh, y, bits, group, u, per)``: the bf16-scale affine gather from a table in
   ``qgemv.sweep_pack``'s layout (a tied head's single copy: flat words ``W``, the same memory as uint16 ``Wh``;
-  ``u`` groups an iteration): row ``p``'s group ``gi`` lies in piece ``(gi // u, p // 16)``, group slot ``gi % u``,
-  row ``p % 16``, its scale / bias in the piece's tail. The same values as ``embed_affine_bf16_k``, hence the same
+  ``u`` groups an iteration, runs of ``per`` iterations): row ``p``'s group ``gi`` lies in piece
+  ``sweep_piece(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``, its scale / bias in the piece's tail. The same values as ``embed_affine_bf16_k``, hence the same
   bits.
 ids int32 ``[n]``, y float32 ``[n, H]``.
 
@@ -83,7 +83,7 @@ def embed_dense_k(ids, W, y):
 
 
 @_kcache.kjit
-def embed_swept_k(ids, W, Wh, y, bits, group, u):
+def embed_swept_k(ids, W, Wh, y, bits, group, u, per):
     pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     n, H = y.shape
     mask = (np.uint32(1) << np.uint32(bits)) - np.uint32(1)
@@ -97,7 +97,8 @@ def embed_swept_k(ids, W, Wh, y, bits, group, u):
         c = i - r * H
         row = ids[r]
         gi = c // group
-        base = ((gi // u) * nu + (row >> 4)) * pw
+        it = gi // u
+        base = (((it // per) * nu + (row >> 4)) * per + it % per) * pw
         off = (c - gi * group) * bits
         lo = base + (gi % u) * 16 * wpg + (row & 15) * wpg + (off >> 5)
         sh = off & 31
@@ -120,12 +121,12 @@ def launch_embed_affine(ids, W, S, B, y, bits, group, stream=0, max_blocks=None)
     k[_grid(y.size, max_blocks), _TPB, stream](ids, W, S, B, y, np.int32(bits), np.int32(group))
 
 
-def launch_embed_swept(ids, W, y, bits, group, u, stream=0, max_blocks=None):
+def launch_embed_swept(ids, W, y, bits, group, u, per=1, stream=0, max_blocks=None):
     """``y[r] = row ids[r]`` of a bf16-scale affine table in ``qgemv.sweep_pack``'s layout (``W`` uint32
-    ``[pieces, words]``, ``u`` groups an iteration)."""
+    ``[pieces, words]``, ``u`` groups an iteration, runs of ``per`` iterations)."""
     Wf = W.reshape(W.size)
     embed_swept_k[_grid(y.size, max_blocks), _TPB, stream](ids, Wf, Wf.view(np.uint16), y, np.int32(bits),
-                                                           np.int32(group), np.int32(u))
+                                                           np.int32(group), np.int32(u), np.int32(per))
 
 
 def launch_embed_dense(ids, W, y, stream=0, max_blocks=None):
@@ -138,6 +139,6 @@ COMPILE_SPECS = [
     (embed_affine_f32_py,
      "void(int32[::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32)"),
     (embed_dense_k, "void(int32[::1], uint16[:, ::1], float32[:, ::1])"),
-    (embed_swept_k, "void(int32[::1], uint32[::1], uint16[::1], float32[:, ::1], int32, int32, int32)"),
+    (embed_swept_k, "void(int32[::1], uint32[::1], uint16[::1], float32[:, ::1], int32, int32, int32, int32)"),
 ]
 HOT = {"embed_affine_bf16_k", "embed_dense_k", "embed_swept_k"}

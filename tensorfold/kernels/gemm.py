@@ -893,9 +893,10 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
                  sw: int = 0, glu: bool = False) -> str:
     """``sw`` = ``u`` (2 or 4; ``dq`` only): W is in ``qgemv.sweep_pack``'s layout with ``u`` groups an iteration
     (the runtime's single copy of a decode weight, which the GEMVs read in that order), and the kernel is
-    ``name(W, Wh, XF, SXT, y, R, out, ng)``: ``W`` the flat words, ``Wh`` the same memory as uint16 (scales and
-    biases), ``out`` rows, ``ng`` groups along K. A stage's 16-byte chunk of row ``p`` lies in piece
-    ``(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``; scales / biases at the piece's tail. The values
+    ``name(W, Wh, XF, SXT, y, R, out, ng, per)``: ``W`` the flat words, ``Wh`` the same memory as uint16 (scales
+    and biases), ``out`` rows, ``ng`` groups along K, ``per`` the layout's run length. A stage's 16-byte chunk of row
+    ``p`` lies in piece ``sweep_piece(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``; scales / biases
+    at the piece's tail. The values
     reaching the arithmetic are the same, hence the same bits. ``glu``: the rows are in ``qgemv.glu_rows`` order
     (gate and up rows paired); the store puts physical row ``p`` back at its logical column.
 
@@ -930,7 +931,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     L = []
     a = L.append
     if sw:
-        a(f"def {name}(W, Wh, XF, SXT, y, R, out, ng):")
+        a(f"def {name}(W, Wh, XF, SXT, y, R, out, ng, per):")
     else:
         a(f"def {name}(W, S, B, XF, SXT, y, R):")
     a("    tid = cuda.threadIdx.x")
@@ -946,7 +947,8 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         a(f"    nst = ng * {SPS}")
         a("    KS = nst * 4")
         a("    nu = (out + 15) >> 4")
-        a(f"    istr = nu * {PWs}")  # words from one iteration's pieces to the next's
+        a(f"    rstr = per * {PWs}")  # words of one (span, unit) run
+        a("    sstr = nu * rstr")  # words of one span of per iterations (every unit's run)
         if glu:
             a("    hout = out >> 1")
     else:
@@ -963,7 +965,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         a(f"    rowW{u} = min(o0 + qW{u} // {CW}, out - 1)")
         a(f"    cW{u} = (qW{u} % {CW}) * 4")
         if sw:  # the chunk's words in its piece, less the stage's part
-            a(f"    pW{u} = (rowW{u} >> 4) * {PWs} + (rowW{u} & 15) * {wpg} + cW{u}")
+            a(f"    pW{u} = (rowW{u} >> 4) * rstr + (rowW{u} & 15) * {wpg} + cW{u}")
     for u in range(uX):
         a(f"    qX{u} = tid + {u * TPB}")
         a(f"    gX{u} = (nt0 + qX{u} // 128) * KS * 128 + (qX{u} % 128) * 4")
@@ -973,21 +975,24 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         a(f"    ar{i} = ((wo * {MT} + {i}) * 16 + g) * {WPS} + t * {LW}")
         if sw:  # a row's scale / bias slot 0 (uint16 index) in its piece of iteration 0
             for hh in range(2):
-                a(f"    sp{i}_{hh} = 2 * ((so{i}_{hh} >> 4) * {PWs} + {16 * sw * wpg}) + (so{i}_{hh} & 15) * {sw}")
+                a(f"    sp{i}_{hh} = 2 * ((so{i}_{hh} >> 4) * rstr + {16 * sw * wpg}) + (so{i}_{hh} & 15) * {sw}")
     a(f"    sr = r0 + wr * {NT * 8} + 2 * t")  # rows 2t, 2t+1 of n-tile j: sr + 8j (< Rp: RPAD padding)
     for j in range(NT):
         a(f"    bo{j} = (wr * {NT} + {j}) * 512 + lane * 4")
 
     def issue(ind, stv, bufv):
+        if sw:  # the stage's place in a run: iteration ssi = gi // u in span ssi // per, slot ssi % per
+            a(f"{ind}sgi = ({stv}) // {SPS}")
+            a(f"{ind}ssi = sgi // {sw}")
+            a(f"{ind}sso = (ssi // per) * sstr + (ssi % per) * {PWs} + (sgi % {sw}) * {16 * wpg} + "
+              f"(({stv}) % {SPS}) * {WPS}")
         for u in range(uW):
             i2 = ind
             if (u + 1) * TPB > NCW:
                 a(f"{ind}if qW{u} < {NCW}:")
                 i2 = ind + "    "
             if sw:
-                a(f"{i2}sgi = ({stv}) // {SPS}")
-                a(f"{i2}cp_async16_1d(Ws, {bufv} * {WSZ} + qW{u} * 4, W, pW{u} + (sgi // {sw}) * istr + "
-                  f"(sgi % {sw}) * {16 * wpg} + (({stv}) % {SPS}) * {WPS})")
+                a(f"{i2}cp_async16_1d(Ws, {bufv} * {WSZ} + qW{u} * 4, W, pW{u} + sso)")
             else:
                 a(f"{i2}cp_async16(Ws, {bufv} * {WSZ} + qW{u} * 4, W, rowW{u}, {stv} * {WPS} + cW{u})")
         for u in range(uX):
@@ -1016,7 +1021,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     def _scales():
         if dq:  # the group's scales and biases as bf16 pairs (both halves the same row's value)
             if sw:
-                a(f"{I}sgo = 2 * (gi // {sw}) * istr + gi % {sw}")
+                a(f"{I}sgo = 2 * ((gi // {sw} // per) * sstr + (gi // {sw} % per) * {PWs}) + gi % {sw}")
             for i in range(MT):
                 for hh in range(2):
                     for arr, nm in (("S", "es"), ("B", "eb")):
@@ -1178,11 +1183,11 @@ def swept_ok(inp: int, bits: int, group: int) -> bool:
     return IMPL == "v3" and DQ and supported3(inp, bits, group)
 
 
-def launch_qgemm_swept(W, x, y, bits: int, group: int, u: int, out: int, *, glu: bool = False, stream=0,
-                       rows=None, ws=None, geo=None):
+def launch_qgemm_swept(W, x, y, bits: int, group: int, u: int, out: int, *, glu: bool = False, per: int = 1,
+                       stream=0, rows=None, ws=None, geo=None):
     """``launch_qgemm`` for a weight in ``qgemv.sweep_pack``'s layout (``W`` uint32 ``[pieces, words]``, ``u``
-    groups an iteration, ``out`` rows; ``glu``: rows in ``qgemv.glu_rows`` order, written back to their logical
-    columns). The same bits as ``launch_qgemm`` on the MLX layout with bf16 scales."""
+    groups an iteration, runs of ``per`` iterations, ``out`` rows; ``glu``: rows in ``qgemv.glu_rows`` order,
+    written back to their logical columns). The same bits as ``launch_qgemm`` on the MLX layout with bf16 scales."""
     inp = x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if not swept_ok(inp, bits, group):
@@ -1198,7 +1203,7 @@ def launch_qgemm_swept(W, x, y, bits: int, group: int, u: int, out: int, *, glu:
     Wf = W.reshape(W.size)
     bo, br = tile3(geo)
     k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](Wf, Wf.view(np.uint16), XF, SXT, y, np.int32(R),
-                                                                  np.int32(out), np.int32(ng))
+                                                                  np.int32(out), np.int32(ng), np.int32(per))
     return y
 
 
@@ -1268,7 +1273,8 @@ _GH = "void(uint32[:, ::1], float16[:, ::1], float16[:, ::1], float32[:, ::1], f
 
 
 _G3 = "void(uint32[:, ::1], {s}[:, ::1], {s}[:, ::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32)"
-_G3S = "void(uint32[::1], uint16[::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)"
+_G3S = ("void(uint32[::1], uint16[::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32, int32, int32, "
+        "int32)")
 
 
 def _specs():

@@ -75,7 +75,8 @@ from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
 __all__ = ["V3Plan", "plan", "launch", "supported", "get_pyfunc", "get_kernel", "counters", "new_counters",
-           "sweep_pack", "sweep_pack_device", "sweep_shape", "glu_rows", "COMPILE_SPECS", "HOT", "FORMATS"]
+           "sweep_pack", "sweep_pack_device", "sweep_piece", "sweep_shape", "glu_rows", "COMPILE_SPECS", "HOT",
+           "FORMATS"]
 
 FORMATS = ((4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (2, 64), (2, 128))  # LW = 1, 2 or 4 words
 NCOUNTERS = 1 << 16
@@ -387,9 +388,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     (``activations.swiglu``: the bits of the GEMV into ``[R, 2 I]`` followed by ``silu_mul_fused_k``). With
     several chunks the partials keep the physical tile-row columns of ``ws`` and the completing warp pairs them.
 
-    ``sw``: W is in ``sweep_pack``'s layout (register ring, u 2 or 4): a tile's lane bases point into the piece of
-    the chunk's first iteration, and iteration ``it`` adds ``it * istride`` (one iteration's pieces of every
-    16-row unit); scales and biases come from the same piece; rows need no clamping (the pack pads with zeros); the
+    ``sw``: W is in ``sweep_pack``'s layout with ``per = nit`` (register ring, u 2 or 4): a tile's lane bases point
+    into the run of (chunk, 16-row unit), and iteration ``it`` adds the constant ``it`` pieces; scales and biases
+    come from the same piece; rows need no clamping (the pack pads with zeros); the
     row count is ``S.shape[0]`` (the MLX scales are passed, not read). With ``glu`` the pack pairs gate and up rows
     (``glu_rows``), so the piece's rows g and g + 8 are the gate and up rows the epilogue pairs.
 
@@ -445,7 +446,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a("    out = S.shape[0]" if sw else "    out = W.shape[0]")
     if sw:
         a("    nt16 = (out + 15) // 16")
-        a(f"    istride = nt16 * {PWs}")  # words from one iteration's pieces to the next's
     if glu:
         a("    hout = out >> 1")
     a("    bx = cuda.blockIdx.x")
@@ -474,9 +474,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     def bases(ind, suf, jexpr):
         """row offsets (weights, scales) of the lane's rows in tile ``jexpr`` of this warp (rows clamped)"""
         a(f"{ind}ob{suf} = (wid + ({jexpr}) * nwt) * {TR}")
-        if sw:  # the piece of (the chunk's first iteration, 16-row unit): rows, then scales, then biases
+        if sw:  # the run of (chunk, 16-row unit): its nit pieces in turn, each rows, then scales, then biases
             for m in range(mt):
-                a(f"{ind}pu{suf} = ((G1 // {u}) * nt16 + min((ob{suf} >> 4) + {m}, nt16 - 1)) * {PWs}")
+                a(f"{ind}pu{suf} = (kz * nt16 + min((ob{suf} >> 4) + {m}, nt16 - 1)) * {nit * PWs}")
                 for h, dr in (("a", 0), ("b", 8)):
                     a(f"{ind}wo{h}{m}{suf} = pu{suf} + (g + {dr}) * {wpg} + t * {lw}")
                     a(f"{ind}so{h}{m}{suf} = pu{suf} + {16 * u * wpg} + (g + {dr}) * {u // 2}")
@@ -497,10 +497,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 for h in ("a", "b"):
                     for uu in range(u):
                         names = ", ".join(f"{pre}w{h}{m}_{uu}_{j}" for j in range(lw))
-                        a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {it} * istride + {uu * 16 * wpg})")
+                        a(f"{ind}{names} = {ldw}(W, wo{h}{m}{suf} + {it * PWs + uu * 16 * wpg})")
                     for nm, o8 in (("s", 0), ("b", 8 * u)):
                         names = ", ".join(f"{pre}{nm}{h}{m}_{k}" for k in range(swords))
-                        a(f"{ind}{names} = {lds}(W, so{h}{m}{suf} + {it} * istride + {o8})")
+                        a(f"{ind}{names} = {lds}(W, so{h}{m}{suf} + {it * PWs + o8})")
             return
         for m in range(mt):
             for h in ("a", "b"):
@@ -930,6 +930,11 @@ class V3Plan:
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
     sw: int = 0  # the swept weight layout (``sweep_pack``): 1 rows in order, 2 gate / up paired (SwiGLU epilogue)
 
+    @property
+    def per(self) -> int:
+        """iterations of one K chunk: the run length of the swept layout this plan reads (``sweep_pack(per=)``)"""
+        return self.cg // self.u
+
     # ---- the prefetch form: every tile's words in dynamic shared memory, one block an SM
     def _nit_np(self):
         np_ = self.mt * 2 * self.u + self.mt * 2 * (1 if self.u == 2 else 2)
@@ -1133,6 +1138,12 @@ def plan_pf(out: int, inp: int, bits: int, group: int, sms: int = SMS, tuning: d
     return None
 
 
+def sweep_piece(i, T, nu: int, per: int):
+    """Index of piece ``(i, T)`` (K iteration ``i``, 16-row unit ``T`` of ``nu``) in ``sweep_pack``'s order with
+    runs of ``per`` iterations (numbers or integer arrays)."""
+    return ((i // per) * nu + T) * per + i % per
+
+
 def sweep_shape(out: int, inp: int, bits: int, group: int, u: int) -> tuple[int, int]:
     """(pieces, words a piece) of ``sweep_pack``'s layout"""
     wpg = group * bits // 32
@@ -1148,15 +1159,17 @@ def glu_rows(out: int) -> np.ndarray:
     return np.concatenate([t, t + out // 2], axis=1).reshape(-1)
 
 
-def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False) -> np.ndarray:
+def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False, per: int = 1) -> np.ndarray:
     """The swept layout of an MLX-packed weight (``P`` uint32 [out, in * bits / 32], bf16 ``S`` / ``B`` uint16
     [out, in / group]), for plans with ``sw``: piece ``(i, T)`` (K iteration ``i`` of ``u`` groups, 16-row unit
     ``T``) holds the code words of those groups group by group (each group's 16 rows in turn, so one warp load of
     a group's words for 8 rows covers 256 contiguous bytes), then the rows' scales, then their biases (``16 u``
-    bf16 each, row by row), and the pieces lie in the order ``i * units + T``. The units of one iteration are
-    adjacent, so the warps of a chunk, each on its own tile but at about the same iteration, read one contiguous
-    window that sweeps through the weight, where the MLX layout has every warp reading 128 bytes from each of 16
-    rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits.
+    bf16 each, row by row). The pieces lie in runs of ``per`` iterations: piece ``(i, T)`` is number
+    ``sweep_piece(i, T, units, per)``: the runs of one span of ``per`` iterations for every unit, in unit order,
+    each holding its ``per`` pieces in turn. A qgemv plan reads it with ``per = cg / u`` (a run is one tile's whole
+    K chunk, so its per-iteration offsets are constants); ``per = 1`` puts one iteration's pieces of every unit
+    side by side. Either way one warp load covers 256 contiguous bytes and a chunk's warps read one region, where
+    the MLX layout has every warp reading 128 bytes from each of 16 rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits.
     ``glu``: rows in ``glu_rows`` order, for plans with ``sw = 2`` (the SwiGLU epilogue's launches only)."""
     P, S, B = np.asarray(P), np.asarray(S), np.asarray(B)
     if glu:
@@ -1168,6 +1181,8 @@ def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False) -> np.
         raise ValueError(f"sweep_pack: P {P.shape}, S {S.shape}, B {B.shape} do not form a {bits}-bit g{group} "
                          f"weight in iterations of {u} groups")
     nu, ni = -(-out // 16), ng // u
+    if ni % per:
+        raise ValueError(f"sweep_pack: {ni} iterations do not split into runs of {per}")
     rows = nu * 16
 
     def pad(a):
@@ -1177,14 +1192,15 @@ def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False) -> np.
     sb = [pad(a.astype(np.uint16)).reshape(nu, 16, ni, u).transpose(2, 0, 1, 3).reshape(ni, nu, 16 * u)
           for a in (S, B)]
     sb = np.ascontiguousarray(np.concatenate(sb, axis=2))  # [ni, nu, 32 u] uint16: scales then biases
-    full = np.concatenate([w, sb.view(np.uint32)], axis=2)
+    full = np.concatenate([w, sb.view(np.uint32)], axis=2)  # [ni, nu, words]
+    full = full.reshape(ni // per, per, nu, -1).transpose(0, 2, 1, 3)  # runs: [span, unit, iteration in span]
     return np.ascontiguousarray(full.reshape(ni * nu, -1))
 
 
 @cuda.jit
-def _sweep_k(P, S, B, out_, u, wpg, gl):
-    """one word of ``sweep_pack``'s layout a thread (grid-stride): piece ``q = i * units + T``, word ``w``;
-    ``gl``: rows in ``glu_rows`` order"""
+def _sweep_k(P, S, B, out_, u, wpg, gl, per):
+    """one word of ``sweep_pack``'s layout a thread (grid-stride): piece ``q = sweep_piece(i, T, units, per)``,
+    word ``w``; ``gl``: rows in ``glu_rows`` order"""
     rows, ng = S.shape
     half = rows // 2
     pw = 16 * u * wpg + 16 * u
@@ -1193,8 +1209,10 @@ def _sweep_k(P, S, B, out_, u, wpg, gl):
     for e in range(cuda.grid(1), n, cuda.gridsize(1)):
         q = e // pw
         w = e - q * pw
-        i = q // nu
-        T = q - i * nu
+        span = q // (nu * per)
+        rem = q - span * nu * per
+        T = rem // per
+        i = span * per + rem - T * per
         if w < 16 * u * wpg:
             g_ = w // (16 * wpg)  # the piece's codes: group by group, each group's 16 rows in turn
             rr = (w // wpg) % 16
@@ -1215,19 +1233,19 @@ def _sweep_k(P, S, B, out_, u, wpg, gl):
         out_[q, w] = v
 
 
-def sweep_pack_device(P, S, B, bits: int, group: int, u: int, glu: bool = False, stream=0):
+def sweep_pack_device(P, S, B, bits: int, group: int, u: int, glu: bool = False, stream=0, per: int = 1):
     """``sweep_pack`` on the device: a new device array from device ``P`` / ``S`` / ``B`` (the same words)."""
     out, ng = S.shape
     if glu and out % 16:
         raise ValueError(f"sweep_pack_device: a gate | up weight needs out % 16 == 0 (out {out})")
     shape = sweep_shape(out, ng * group, bits, group, u)
-    if ng % u or u not in (2, 4) or tuple(P.shape) != (out, ng * (group * bits // 32)):
+    if ng % u or u not in (2, 4) or (ng // u) % per or tuple(P.shape) != (out, ng * (group * bits // 32)):
         raise ValueError(f"sweep_pack_device: P {tuple(P.shape)}, S {tuple(S.shape)} do not form a {bits}-bit "
-                         f"g{group} weight in iterations of {u} groups")
+                         f"g{group} weight in iterations of {u} groups, runs of {per}")
     dst = np.empty(shape, np.uint32) if IS_SIM else cuda.device_array(shape, np.uint32, stream=stream)
     n = shape[0] * shape[1]
     _sweep_k[min(4096, -(-n // 256)), 256, stream](P, S, B, dst, np.int32(u), np.int32(group * bits // 32),
-                                                   np.int32(1 if glu else 0))
+                                                   np.int32(1 if glu else 0), np.int32(per))
     return dst
 
 
@@ -1381,7 +1399,7 @@ def _specs():
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
-                  "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32)"))
+                  "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

@@ -309,10 +309,10 @@ class Arena:
     def vec(self, name: str):
         return self._vec[name]
 
-    def sweep(self, name: str, u: int, glu: bool = False) -> int:
-        """Rewrite affine linear ``name`` in place into ``qgemv.sweep_pack``'s layout (``u`` groups an iteration;
-        ``glu``: gate | up rows paired): the swept words take the bytes of its W, S and B, which ``plan_arena``
-        lays out one after the other. Its entry then has ``sw = (u, glu)`` and ``W`` the swept ``[pieces, words]``
+    def sweep(self, name: str, u: int, glu: bool = False, per: int = 1) -> int:
+        """Rewrite affine linear ``name`` in place into ``qgemv.sweep_pack``'s layout (``u`` groups an iteration,
+        runs of ``per`` iterations; ``glu``: gate | up rows paired): the swept words take the bytes of its W, S and B, which ``plan_arena``
+        lays out one after the other. Its entry then has ``sw = (u, glu, per)`` and ``W`` the swept ``[pieces, words]``
         array; ``S`` / ``B`` keep their shapes only (their bytes now hold swept words: every reader must branch on
         ``sw``). The repack goes through one temporary copy of the linear. -> bytes rewritten, 0 where the entry
         cannot take it (already swept, not bf16-scale affine, or its parts not adjacent / too small)."""
@@ -331,11 +331,12 @@ class Arena:
         n = shape[0] * shape[1] * 4
         if not (oW < oS < oB) or oB + ent["B"].nbytes - oW < n:
             return 0
-        tmp = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], u, glu=glu)
+        tmp = qgemv.sweep_pack_device(ent["W"], ent["S"], ent["B"], ent["bits"], ent["group"], u, glu=glu,
+                                      per=per)
         dst = self.buf[oW:oW + n]
         dst.copy_to_device(tmp.reshape(tmp.size).view(np.uint8))
         cuda.synchronize()
         del tmp
         ent["W"] = dst.view(np.uint32).reshape(shape)
-        ent["sw"] = (u, bool(glu))
+        ent["sw"] = (u, bool(glu), per)
         return n

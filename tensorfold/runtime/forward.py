@@ -528,8 +528,8 @@ class Buffers:
 def _embed(wt, ids, out, stream):
     """out[r] = row ids[r] of the embedding (an arena linear entry: MLX affine, bf16 / f32 scales, or bf16 dense)."""
     if wt.get("sw"):
-        embedding.launch_embed_swept(ids, wt["W"], out, wt["bits"], wt["group"], wt["sw"][0], stream=stream,
-                                     **_SIM_MB)
+        embedding.launch_embed_swept(ids, wt["W"], out, wt["bits"], wt["group"], wt["sw"][0], wt["sw"][2],
+                                     stream=stream, **_SIM_MB)
     elif wt["kind"] == "affine":
         embedding.launch_embed_affine(ids, wt["W"], wt["S"], wt["B"], out, wt["bits"], wt["group"], stream=stream,
                                       **_SIM_MB)
@@ -622,7 +622,7 @@ class Runner:
             # a fused gate | up weight is paired for the SwiGLU epilogue, which then serves every GEMV launch of it
             # (with the launch bounds its one-row form is break-even with plain + silu: affine.glu_faster)
             glu = gate_up and self.glu_on and affine.glu_ok(p, ent["out"])
-            n = self.arena.sweep(name, p.u, glu=glu)
+            n = self.arena.sweep(name, p.u, glu=glu, per=p.per)
             if n:
                 ent["plan"] = replace(p, sw=2 if glu else 1)
                 nbytes += n
@@ -654,7 +654,7 @@ class Runner:
         if prompt and ent["kind"] == "affine" and R > 16:
             if sw:
                 gemm.launch_qgemm_swept(ent["W"], x[:R], y[:R], ent["bits"], ent["group"], sw[0], ent["out"],
-                                        glu=sw[1], stream=stream, rows=R, ws=self.buf.gemm_ws)
+                                        glu=sw[1], per=sw[2], stream=stream, rows=R, ws=self.buf.gemm_ws)
             else:
                 gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
                                   stream=stream, rows=R, ws=self.buf.gemm_ws)

@@ -254,9 +254,10 @@ def test_swept_real_shapes(model, which, u, monkeypatch):
     bound = np.abs(x[rows].astype(np.float64)) @ np.abs(W.astype(np.float64)).T
     assert (np.abs(base[rows] - dq_ref(x[rows], W)) <= TOL * bound).all()
     for glu in ((False, True) if which == "gate_up" else (False,)):
-        Wp = Q.sweep_pack_device(dP, dS, dB, bits, group, u, glu=glu)
+        per = Q.plan(out, inp, bits, group).cg // u  # the runs of the qgemv plan's K chunk
+        Wp = Q.sweep_pack_device(dP, dS, dB, bits, group, u, glu=glu, per=per)
         dy = cuda.to_device(np.full((R, out), np.nan, np.float32))
-        G.launch_qgemm_swept(Wp, dx, dy, bits, group, u, out, glu=glu)
+        G.launch_qgemm_swept(Wp, dx, dy, bits, group, u, out, glu=glu, per=per)
         cuda.synchronize()
         y = dy.copy_to_host()
         assert np.array_equal(y.view(np.uint32), base.view(np.uint32)), f"glu={glu}"

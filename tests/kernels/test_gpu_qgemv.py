@@ -168,7 +168,7 @@ def test_swept_layout_real_shapes(label, out, inp):
     p = Q.plan(out, inp, bits, group)
     sp = dataclasses.replace(p, sw=True)
     dev = [cuda.to_device(a) for a in (P, S, B)]
-    sdev = [cuda.to_device(Q.sweep_pack(P, S, B, bits, group, p.u)), dev[1], dev[2]]
+    sdev = [cuda.to_device(Q.sweep_pack(P, S, B, bits, group, p.u, per=p.per)), dev[1], dev[2]]
     for R in (1, 5, 16):
         y0 = _run(cuda, dev, x[:R], p, bits, group)
         y = cuda.to_device(np.full((R, out), np.nan, np.float32))
@@ -179,7 +179,7 @@ def test_swept_layout_real_shapes(label, out, inp):
         assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"{label} R={R}"
     if out % 16 == 0 and out >= 16384:  # a gate | up weight: the SwiGLU epilogue on gate / up rows paired
         gp = dataclasses.replace(p, sw=2)
-        gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True)
+        gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
         for R in (1, 5):
             ys = []
             for W, pl in ((dev[0], p), (gW, gp)):

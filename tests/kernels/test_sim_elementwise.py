@@ -83,8 +83,8 @@ def test_embed_affine(bits, group):
     _close(y, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("bits,group,u", [(4, 64, 4), (3, 32, 2), (6, 64, 2)])
-def test_embed_swept(bits, group, u):
+@pytest.mark.parametrize("bits,group,u,per", [(4, 64, 4, 1), (3, 32, 2, 2), (6, 64, 2, 1), (4, 32, 2, 4)])
+def test_embed_swept(bits, group, u, per):
     """The gather from ``qgemv.sweep_pack``'s layout (a tied head's single copy): the bits of the MLX-layout gather,
     rows in a partial last 16-row unit included (V = 37); 3 / 6 bits have codes across words."""
     from tensorfold.kernels import qgemv as Q
@@ -96,7 +96,8 @@ def test_embed_swept(bits, group, u):
     y0 = np.full((5, H), np.nan, np.float32)
     y1 = y0.copy()
     E.launch_embed_affine(ids, P, S, B, y0, bits, group, max_blocks=2)
-    E.launch_embed_swept(ids, Q.sweep_pack(P, S, B, bits, group, u), y1, bits, group, u, max_blocks=2)
+    E.launch_embed_swept(ids, Q.sweep_pack(P, S, B, bits, group, u, per=per), y1, bits, group, u, per,
+                         max_blocks=2)
     ref = ops.affine_dequant(P, S, B, bits, group)[ids]
     _close(y0, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
     assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32))

@@ -266,9 +266,10 @@ def test_bf16_dequantized_weights(bits, group, monkeypatch):
     assert np.array_equal(_run(P, S, B, x[:2], bits, group).view(np.uint32), y[:2].view(np.uint32))  # rows alone
 
 
-@pytest.mark.parametrize("bits,group,u,out,glu", [(4, 64, 4, 40, False), (4, 64, 2, 48, True),
-                                                  (8, 128, 2, 32, False), (4, 128, 2, 32, True)])
-def test_swept_layout_same_bits(monkeypatch, bits, group, u, out, glu):
+@pytest.mark.parametrize("bits,group,u,out,glu,per", [(4, 64, 4, 40, False, 1), (4, 64, 2, 48, True, 2),
+                                                      (8, 128, 2, 32, False, 1), (4, 64, 2, 32, True, 1),
+                                                      (4, 64, 2, 40, False, 2)])
+def test_swept_layout_same_bits(monkeypatch, bits, group, u, out, glu, per):
     """The prompt GEMM on ``qgemv.sweep_pack``'s layout (the runtime's single copy of a decode weight) gives the
     bits of the MLX-layout kernel (bf16-dequantized form, ``gemm.DQ``): a partial last 16-row unit (40 rows, padded
     with zeros), g128 stages, and gate | up rows paired (``glu``) written back to their logical columns."""
@@ -281,9 +282,9 @@ def test_swept_layout_same_bits(monkeypatch, bits, group, u, out, glu):
     base = _run(P, S, B, x, bits, group)
     W = ops.affine_dequant(P, S, B, bits, group)
     _check(base, dq_ref(x, W), np.abs(x.astype(np.float64)) @ np.abs(W.astype(np.float64)).T)
-    Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=glu)
+    Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=per)
     y = np.full((R, out), np.nan, np.float32)
-    G.launch_qgemm_swept(Wp, x, y, bits, group, u, out, glu=glu, geo=SMALL)
+    G.launch_qgemm_swept(Wp, x, y, bits, group, u, out, glu=glu, per=per, geo=SMALL)
     assert np.array_equal(y.view(np.uint32), base.view(np.uint32))
     with pytest.raises(ValueError, match="swept"):
         G.launch_qgemm_swept(Wp, x[:, :K - 32], y[:, :], 2, 32, u, out)

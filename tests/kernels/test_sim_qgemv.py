@@ -288,23 +288,26 @@ def test_private_counters():
 @pytest.mark.parametrize("bits,group,u,ks,mt", [(4, 64, 4, 2, 1), (4, 64, 2, 1, 2), (8, 32, 4, 2, 1),
                                                 (2, 128, 2, 2, 1), (4, 32, 4, 1, 1)])
 def test_swept_layout_same_bits(bits, group, u, ks, mt):
-    """``sweep_pack``'s layout (the pieces of one K iteration of every 16-row unit adjacent, codes group by group,
-    scales and biases inside each piece) feeds the same values to the same arithmetic: bit-equal to the MLX layout at 1, 3 and 6 rows,
+    """``sweep_pack``'s layout with runs of one K chunk (``per = cg / u``; codes group by group, scales and biases
+    inside each piece) feeds the same values to the same arithmetic: bit-equal to the MLX layout at 1, 3 and 6 rows,
     with a partial last unit (72 rows: padded with zeros), one and two chunks; the packing itself is checked
-    against the MLX arrays word by word; a plan handed the MLX layout is refused."""
+    against the MLX arrays word by word (piece ``(i, T)`` at ``((i // per) * units + T) * per + i % per``, written
+    out here, not taken from ``sweep_piece``); a plan handed the MLX layout is refused."""
     out, K = 72, 512
     P, S, B = _case(bits, group, out, K)
     ng = K // group
     cg = ng // ks
     base = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=1, blocks=4)
     swp = Q.V3Plan(out, K, bits, group, nw=2, mt=mt, cg=cg, u=u, depth=1, blocks=4, sw=True)
-    Wp = Q.sweep_pack(P, S, B, bits, group, u)
+    per = cg // u
+    assert swp.per == per
+    Wp = Q.sweep_pack(P, S, B, bits, group, u, per=per)
     assert Wp.shape == Q.sweep_shape(out, K, bits, group, u) and Wp.dtype == np.uint32
     wpg = group * bits // 32
     nu = -(-out // 16)
     for _ in range(20):  # random (row, iteration) entries of the packing, read back by hand
         r, i = int(rng.integers(out)), int(rng.integers(ng // u))
-        piece = Wp[i * nu + r // 16]
+        piece = Wp[((i // per) * nu + r // 16) * per + i % per]
         for k in range(u):  # group k of the iteration: its 16 rows' words in turn
             at = (k * 16 + r % 16) * wpg
             assert np.array_equal(piece[at:at + wpg], P[r, (i * u + k) * wpg:(i * u + k + 1) * wpg])
@@ -322,15 +325,15 @@ def test_swept_layout_same_bits(bits, group, u, ks, mt):
         _go(P, S, B, x, swp)
 
 
-@pytest.mark.parametrize("bits,group,u,out,glu", [(4, 64, 4, 40, False), (2, 128, 2, 40, False),
-                                                  (4, 64, 4, 48, True)])
-def test_sweep_pack_device_matches_host(bits, group, u, out, glu):
+@pytest.mark.parametrize("bits,group,u,out,glu,per", [(4, 64, 4, 40, False, 1), (2, 128, 2, 40, False, 2),
+                                                      (4, 64, 4, 48, True, 2), (4, 64, 2, 40, False, 4)])
+def test_sweep_pack_device_matches_host(bits, group, u, out, glu, per):
     """The device repack writes the same words as the numpy ``sweep_pack`` (a partial last unit padded with 0;
     gate / up rows paired)."""
     K = 512
     P, S, B = _case(bits, group, out, K)
-    host = Q.sweep_pack(P, S, B, bits, group, u, glu=glu)
-    dev = Q.sweep_pack_device(P, S, B, bits, group, u, glu=glu)
+    host = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=per)
+    dev = Q.sweep_pack_device(P, S, B, bits, group, u, glu=glu, per=per)
     assert np.array_equal(np.asarray(dev), host)
 
 
@@ -345,7 +348,7 @@ def test_swept_glu_same_bits(ks):
     cg = K // group // ks
     base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4)
     swp = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, sw=2)
-    Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=True)
+    Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=True, per=swp.per)
     for R in (1, 6):
         x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
         ws = np.full((ks, R, out), np.nan, np.float32)
