@@ -890,13 +890,14 @@ def _gen_xprep2(name: str, bits: int) -> str:
 
 
 def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool = True, dq: bool = False,
-                 sw: int = 0, glu: bool = False) -> str:
+                 sw: int = 0, glu: bool = False, per: int = 1) -> str:
     """``sw`` = ``u`` (2 or 4; ``dq`` only): W is in ``qgemv.sweep_pack``'s layout with ``u`` groups an iteration
     (the runtime's single copy of a decode weight, which the GEMVs read in that order), and the kernel is
-    ``name(W, Wh, XF, SXT, y, R, out, ng, per)``: ``W`` the flat words, ``Wh`` the same memory as uint16 (scales
-    and biases), ``out`` rows, ``ng`` groups along K, ``per`` the layout's run length. A stage's 16-byte chunk of row
-    ``p`` lies in piece ``sweep_piece(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``; scales / biases
-    at the piece's tail. The values
+    ``name(W, Wh, XF, SXT, y, R, out, ng)``: ``W`` the flat words, ``Wh`` the same memory as uint16 (scales and
+    biases), ``out`` rows, ``ng`` groups along K; ``per``, the layout's run length, is compiled in (a division by a
+    runtime value per stage made 9B / 27B prompts 19-24 % slower, session 20). A stage's 16-byte chunk of row ``p``
+    lies in piece ``sweep_piece(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``; scales / biases at the
+    piece's tail. The values
     reaching the arithmetic are the same, hence the same bits. ``glu``: the rows are in ``qgemv.glu_rows`` order
     (gate and up rows paired); the store puts physical row ``p`` back at its logical column.
 
@@ -931,7 +932,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     L = []
     a = L.append
     if sw:
-        a(f"def {name}(W, Wh, XF, SXT, y, R, out, ng, per):")
+        a(f"def {name}(W, Wh, XF, SXT, y, R, out, ng):")
     else:
         a(f"def {name}(W, S, B, XF, SXT, y, R):")
     a("    tid = cuda.threadIdx.x")
@@ -947,7 +948,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         a(f"    nst = ng * {SPS}")
         a("    KS = nst * 4")
         a("    nu = (out + 15) >> 4")
-        a(f"    rstr = per * {PWs}")  # words of one (span, unit) run
+        a(f"    rstr = {per * PWs}")  # words of one (span, unit) run
         a("    sstr = nu * rstr")  # words of one span of per iterations (every unit's run)
         if glu:
             a("    hout = out >> 1")
@@ -984,7 +985,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
         if sw:  # the stage's place in a run: iteration ssi = gi // u in span ssi // per, slot ssi % per
             a(f"{ind}sgi = ({stv}) // {SPS}")
             a(f"{ind}ssi = sgi // {sw}")
-            a(f"{ind}sso = (ssi // per) * sstr + (ssi % per) * {PWs} + (sgi % {sw}) * {16 * wpg} + "
+            a(f"{ind}sso = (ssi // {per}) * sstr + (ssi % {per}) * {PWs} + (sgi % {sw}) * {16 * wpg} + "
               f"(({stv}) % {SPS}) * {WPS}")
         for u in range(uW):
             i2 = ind
@@ -1021,7 +1022,7 @@ def _gen_source3(name: str, bits: int, group: int, sk: str, geo=GEO3, xlo: bool 
     def _scales():
         if dq:  # the group's scales and biases as bf16 pairs (both halves the same row's value)
             if sw:
-                a(f"{I}sgo = 2 * ((gi // {sw} // per) * sstr + (gi // {sw} % per) * {PWs}) + gi % {sw}")
+                a(f"{I}sgo = 2 * ((gi // {sw * per}) * sstr + (gi // {sw} % {per}) * {PWs}) + gi % {sw}")
             for i in range(MT):
                 for hh in range(2):
                     for arr, nm in (("S", "es"), ("B", "eb")):
@@ -1155,20 +1156,20 @@ def launch_xprep(x, XF, SXT, R: int, bits: int, stream=0, version=None):
 
 
 def get_gemm3_pyfunc(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False,
-                     sw: int = 0, glu: bool = False):
-    key = ("py3", bits, group, sk, tuple(geo), xlo, dq, sw, glu)
+                     sw: int = 0, glu: bool = False, per: int = 1):
+    key = ("py3", bits, group, sk, tuple(geo), xlo, dq, sw, glu, per)
     if key not in _KCACHE:
         name = (f"tc3gemm_b{bits}_g{group}_{sk}_{_geo_name(geo)}" + ("_dq" if dq else ("" if xlo else "_hi"))
-                + (f"_sw{sw}" if sw else "") + ("_glu" if glu else ""))
-        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo, dq, sw, glu))
+                + (f"_sw{sw}p{per}" if sw else "") + ("_glu" if glu else ""))
+        _KCACHE[key] = _build(name, _gen_source3(name, bits, group, sk, tuple(geo), xlo, dq, sw, glu, per))
     return _KCACHE[key]
 
 
 def get_gemm3_kernel(bits: int, group: int, sk: str = "bf16", geo=GEO3, xlo: bool = True, dq: bool = False,
-                     sw: int = 0, glu: bool = False):
-    key = ("k3", bits, group, sk, tuple(geo), xlo, dq, sw, glu)
+                     sw: int = 0, glu: bool = False, per: int = 1):
+    key = ("k3", bits, group, sk, tuple(geo), xlo, dq, sw, glu, per)
     if key not in _KCACHE:
-        f = get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq, sw, glu)
+        f = get_gemm3_pyfunc(bits, group, sk, geo, xlo, dq, sw, glu, per)
         lb = (32 * geo[0] * geo[1], geo[5]) if len(geo) > 5 and geo[5] and not IS_SIM else None
         if lb:  # an optional 6th geometry entry: minimum resident blocks per SM (launch bounds; caps registers)
             _KCACHE[key] = _kcache.jit(f, launch_bounds=lb)
@@ -1199,11 +1200,11 @@ def launch_qgemm_swept(W, x, y, bits: int, group: int, u: int, out: int, *, glu:
     ng = inp // group
     XF, SXT = _scratch(ws, Rp, inp, ng)
     launch_xprep(x, XF, SXT, R, bits, stream)
-    k = get_gemm3_kernel(bits, group, "bf16", geo, False, True, u, glu)
+    k = get_gemm3_kernel(bits, group, "bf16", geo, False, True, u, glu, per)
     Wf = W.reshape(W.size)
     bo, br = tile3(geo)
     k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](Wf, Wf.view(np.uint16), XF, SXT, y, np.int32(R),
-                                                                  np.int32(out), np.int32(ng), np.int32(per))
+                                                                  np.int32(out), np.int32(ng))
     return y
 
 
@@ -1273,8 +1274,7 @@ _GH = "void(uint32[:, ::1], float16[:, ::1], float16[:, ::1], float32[:, ::1], f
 
 
 _G3 = "void(uint32[:, ::1], {s}[:, ::1], {s}[:, ::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32)"
-_G3S = ("void(uint32[::1], uint16[::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32, int32, int32, "
-        "int32)")
+_G3S = "void(uint32[::1], uint16[::1], uint32[::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)"
 
 
 def _specs():
@@ -1297,13 +1297,15 @@ def _specs():
                 hot.add(f.__name__)
     specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), xlo=False), _G3.format(s="uint16")))  # opt-in
     specs.append((get_gemm3_pyfunc(4, 64, "bf16", geo3(4, 64), dq=True), _G3.format(s="uint16")))  # opt-in
-    for bits in _BITS3:  # swept (the runtime's single-copy decode layout): u 2 / 4, plain and gate | up paired
-        for group in _GROUPS3:
-            for u in (2, 4):
-                for glu in (False, True):
-                    f = get_gemm3_pyfunc(bits, group, "bf16", geo3(bits, group), False, True, u, glu)
-                    specs.append((f, _G3S))
-                    hot.add(f.__name__)
+    from . import qgemv as _Q
+
+    for bits in _BITS3:  # swept (the runtime's single-copy decode layout) as qgemv's plans lay it out: plain and
+        for group in _GROUPS3:  # gate | up paired
+            qp = _Q.plan(24576, 4096, bits, group)
+            for glu in (False, True):
+                f = get_gemm3_pyfunc(bits, group, "bf16", geo3(bits, group), False, True, qp.u, glu, qp.per)
+                specs.append((f, _G3S))
+                hot.add(f.__name__)
     for bits in _BITS3:
         for f in (get_xprep_pyfunc(bits), get_xprep2_pyfunc(bits)):
             specs.append((f, "void(float32[:, ::1], uint32[::1], float32[:, ::1], int32)"))
