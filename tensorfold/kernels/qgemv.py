@@ -49,9 +49,13 @@ Where the time goes (session 19, benchmarks/results/session19_2026-12-01.md): wi
 (``TENSORFOLD_GEMV3_NOC=1``, a benchmark diagnostic) the kernel is only 8-10 % faster; its loads alone stream at
 2.67 TB/s against 4.25 for a plain grid-stride read. Every warp reads 128 bytes from each of the 16 rows of its own
 tile, so about 1,584 places in memory are read at once, where the plain read sweeps one window. The swept layout
-(``sweep_pack``, plans with ``sw``; opt-in, not yet measured) stores one K iteration of every 16-row unit
-contiguously, with its scales and biases, so the warps of a chunk read one window that sweeps through the weight;
-the kernel differs only in its address arithmetic (the same bits).
+(``sweep_pack``, plans with ``sw``; the runtime's default since session 20, ``TENSORFOLD_SWEPT``) stores each K
+iteration of a 16-row unit as one piece (codes group by group, each group's 16 rows in turn, then the scales and
+biases), a tile's pieces of one K chunk in a run, so a warp load covers 256 contiguous bytes and the per-iteration
+offsets are constants; the kernel differs only in its address arithmetic (the same bits). Measured (session 20,
+µs at 1 / 8 rows, MLX -> swept): 9B gate+up 28.1 / 46.4 -> 24.8 / 47.4, with the SwiGLU epilogue 29.8 / 42.2 ->
+25.2 / 44.2; 9B down 18.6 / 31.0 -> 16.3 / 31.6; 27B gate+up 43.1 / 70.2 -> 38.3 / 73.6; 27B down 29.6 / 56.5 ->
+26.5 / 58.1 (benchmarks/results/session20_2026-12-02.md).
 
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
@@ -1393,7 +1397,7 @@ def _specs():
                 seen.add(f.__name__)
                 specs.append((f, _SIG))
                 hot.add(f.__name__)
-    # the swept layout (opt-in, TENSORFOLD_GEMV3_SWEPT=1) at 9B gate+up, one and two n-tiles, and its repack
+    # the swept layout (the runtime default, TENSORFOLD_SWEPT) at 9B gate+up, one and two n-tiles, and its repack
     p = plan(24576, 4096, 4, 64)
     for nt in (1, 2):
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
