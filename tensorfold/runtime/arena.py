@@ -187,6 +187,7 @@ class Arena:
         self.weight_format = ""
         self.load_seconds = 0.0
         self.timings: dict = {}
+        self.sweep_decided = False  # set by the first Runner (forward.Runner._sweep_weights)
 
     @classmethod
     def upload(cls, tensors, config, *, progress=True, stream=0, chunk_bytes: int = CHUNK) -> "Arena":

@@ -606,14 +606,18 @@ class Runner:
         and whose prompt GEMM can (``gemm.swept_ok``). A fused gate | up weight pairs its gate and up rows, and all
         its GEMV launches then take the SwiGLU epilogue. The GEMVs read a swept weight in the order it lies (session
         20: 9B gate + up 28.0 -> 24.8 us); the same bits everywhere. The arena is shared: a second runner finds the
-        entries swept. -> bytes of the arena in that layout."""
+        entries swept. The first runner on an arena decides (``Arena.sweep_decided``): a later runner never rewrites
+        weights that an earlier runner's captured graphs read in the MLX layout. -> bytes of the arena in that
+        layout."""
         nbytes = 0
+        decided = getattr(self.arena, "sweep_decided", False)
+        self.arena.sweep_decided = True
         for name, ent in self.arena._lin.items():
             p = ent.get("plan")
             if ent.get("sw"):
                 nbytes += ent["W"].nbytes
                 continue
-            if (mode == "0" or ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4)
+            if (decided or mode == "0" or ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4)
                     or p.pf or not gemm.swept_ok(ent["in"], ent["bits"], ent["group"])):
                 continue
             gate_up = name.endswith("mlp.gate_up")
