@@ -9,8 +9,8 @@ Owns
 - ``embed_swept_k(ids, W, Wh, y, bits, group, u, per)``: the bf16-scale affine gather from a table in
   ``qgemv.sweep_pack``'s layout (a tied head's single copy: flat words ``W``, the same memory as uint16 ``Wh``;
   ``u`` groups an iteration, runs of ``per`` iterations): row ``p``'s group ``gi`` lies in piece
-  ``sweep_piece(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``, its scale / bias in the piece's tail. The same values as ``embed_affine_bf16_k``, hence the same
-  bits.
+  ``sweep_piece(gi // u, p // 16)``, group slot ``gi % u``, row ``p % 16``, its scale / bias in the piece's
+  tail. The same values as ``embed_affine_bf16_k``, hence the same bits.
 ids int32 ``[n]``, y float32 ``[n, H]``.
 
 Reference mirrored: ``tensorfold.reference.ops.embed`` (``affine_dequant`` rows, fp32 ``scale*q + bias``).

@@ -710,8 +710,10 @@ def launch_qgemm(W, S, B, x, y, bits: int, group: int, *, stream=0, rows=None, g
     if R <= 0:
         return y
     if (impl or IMPL) == "v3" and supported3(inp, bits, group):
-        return _launch3(W, S, B, x, y, bits, group, R, stream, tuple(geo) if geo is not None else geo3(bits, group),
-                        ws)
+        geo = tuple(geo) if geo is not None else geo3(bits, group)
+        sk = affine._scale_kind(S)
+        k = get_gemm3_kernel(bits, group, sk, geo, XLO, DQ and sk == "bf16")
+        return _launch3(k, (W, S, B), (), x, y, bits, group, R, out, stream, geo, ws)
     geo = GEO if geo is None else tuple(geo)
     if not supported(inp, bits, group):
         return affine.launch_qgemm(W, S, B, x, y, bits, group, stream=stream, rows=R)
@@ -1196,16 +1198,10 @@ def launch_qgemm_swept(W, x, y, bits: int, group: int, u: int, out: int, *, glu:
     if R <= 0:
         return y
     geo = geo3(bits, group) if geo is None else tuple(geo)
-    Rp = -(-R // RPAD) * RPAD
-    ng = inp // group
-    XF, SXT = _scratch(ws, Rp, inp, ng)
-    launch_xprep(x, XF, SXT, R, bits, stream)
     k = get_gemm3_kernel(bits, group, "bf16", geo, False, True, u, glu, per)
     Wf = W.reshape(W.size)
-    bo, br = tile3(geo)
-    k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](Wf, Wf.view(np.uint16), XF, SXT, y, np.int32(R),
-                                                                  np.int32(out), np.int32(ng))
-    return y
+    return _launch3(k, (Wf, Wf.view(np.uint16)), (np.int32(out), np.int32(inp // group)), x, y, bits, group, R,
+                    out, stream, geo, ws)
 
 
 def supported3(inp: int, bits: int, group: int) -> bool:
@@ -1251,16 +1247,14 @@ def _scratch(ws, Rp: int, inp: int, ng: int):
     return XF[: Rp * inp], SX[: Rp * ng].reshape((ng, Rp))
 
 
-def _launch3(W, S, B, x, y, bits, group, R, stream, geo, ws):
-    out, inp = W.shape[0], x.shape[1]
-    Rp = -(-R // RPAD) * RPAD
-    ng = inp // group
-    XF, SXT = _scratch(ws, Rp, inp, ng)
+def _launch3(k, wargs, tail, x, y, bits, group, R, out, stream, geo, ws):
+    """The v3 launches: ``xprep`` of x's R rows into the scratch, then kernel ``k`` with the weight arguments
+    ``wargs``, the scratch, y, R and the extra arguments ``tail``, on the grid of ``out`` x R."""
+    inp = x.shape[1]
+    XF, SXT = _scratch(ws, -(-R // RPAD) * RPAD, inp, inp // group)
     launch_xprep(x, XF, SXT, R, bits, stream)
-    sk = affine._scale_kind(S)
-    k = get_gemm3_kernel(bits, group, sk, geo, XLO, DQ and sk == "bf16")
     bo, br = tile3(geo)
-    k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](W, S, B, XF, SXT, y, np.int32(R))
+    k[(-(-out // bo), -(-R // br)), 32 * geo[0] * geo[1], stream](*wargs, XF, SXT, y, np.int32(R), *tail)
     return y
 
 

@@ -1173,7 +1173,8 @@ def sweep_pack(P, S, B, bits: int, group: int, u: int, glu: bool = False, per: i
     each holding its ``per`` pieces in turn. A qgemv plan reads it with ``per = cg / u`` (a run is one tile's whole
     K chunk, so its per-iteration offsets are constants); ``per = 1`` puts one iteration's pieces of every unit
     side by side. Either way one warp load covers 256 contiguous bytes and a chunk's warps read one region, where
-    the MLX layout has every warp reading 128 bytes from each of 16 rows of its own tile. Rows past ``out`` are zero. The same values reach the same arithmetic: the same bits.
+    the MLX layout has every warp reading 128 bytes from each of 16 rows of its own tile. Rows past ``out`` are
+    zero. The same values reach the same arithmetic: the same bits.
     ``glu``: rows in ``glu_rows`` order, for plans with ``sw = 2`` (the SwiGLU epilogue's launches only)."""
     P, S, B = np.asarray(P), np.asarray(S), np.asarray(B)
     if glu:

@@ -312,11 +312,12 @@ class Arena:
 
     def sweep(self, name: str, u: int, glu: bool = False, per: int = 1) -> int:
         """Rewrite affine linear ``name`` in place into ``qgemv.sweep_pack``'s layout (``u`` groups an iteration,
-        runs of ``per`` iterations; ``glu``: gate | up rows paired): the swept words take the bytes of its W, S and B, which ``plan_arena``
-        lays out one after the other. Its entry then has ``sw = (u, glu, per)`` and ``W`` the swept ``[pieces, words]``
-        array; ``S`` / ``B`` keep their shapes only (their bytes now hold swept words: every reader must branch on
-        ``sw``). The repack goes through one temporary copy of the linear. -> bytes rewritten, 0 where the entry
-        cannot take it (already swept, not bf16-scale affine, or its parts not adjacent / too small)."""
+        runs of ``per`` iterations; ``glu``: gate | up rows paired): the swept words take the bytes of its W, S and
+        B, which ``plan_arena`` lays out one after the other. Its entry then has ``sw = (u, glu, per)`` and ``W`` the
+        swept ``[pieces, words]`` array; ``S`` / ``B`` keep their shapes only (their bytes now hold swept words:
+        every reader must branch on ``sw``). The repack goes through one temporary copy of the linear. -> bytes
+        rewritten, 0 where the entry cannot take it (already swept, not bf16-scale affine, or its parts not
+        adjacent / too small)."""
         from ..kernels import qgemv
 
         ent = self._lin[name]

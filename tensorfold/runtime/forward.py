@@ -617,8 +617,8 @@ class Runner:
             if ent.get("sw"):
                 nbytes += ent["W"].nbytes
                 continue
-            if (decided or mode == "0" or ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan) or p.u not in (2, 4)
-                    or p.pf or not gemm.swept_ok(ent["in"], ent["bits"], ent["group"])):
+            if (decided or mode == "0" or ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan)
+                    or p.u not in (2, 4) or p.pf or not gemm.swept_ok(ent["in"], ent["bits"], ent["group"])):
                 continue
             gate_up = name.endswith("mlp.gate_up")
             if mode == "gate_up" and not gate_up:
