@@ -133,6 +133,7 @@ def main(argv=None):
     ap.add_argument("--tcplans", default="", help='first-kernel plans (affine.TC_VARIANTS) to time as well, with '
                     'optional overrides: "w16;pipe:mt=1,u=2;..."')
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
+    ap.add_argument("--xh", action="store_true", help="also time each qgemv form with bf16-only x (plan xh=1)")
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
     ap.add_argument("--swept", action="store_true", help="time each qgemv plan on the swept layout too "
@@ -195,6 +196,9 @@ def main(argv=None):
                           for nm, p in v3]
                 forms += [(nm + " sw glu", dataclasses.replace(p, sw=2), True, smats[(p.u, True, p.per)])
                           for nm, p in v3 if (p.u, True, p.per) in smats]
+            if args.xh:  # bf16-only x (8 rows an n-tile), beside each qgemv form
+                forms += [(nm + " xh", dataclasses.replace(p, xh=1), glu, m_) for nm, p, glu, m_ in list(forms)
+                          if isinstance(p, Q.V3Plan)]
             for name, p, glu, mats_ in forms:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 

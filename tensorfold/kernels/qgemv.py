@@ -358,7 +358,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False, sw: bool = False) -> str:
+                noc: bool = False, sw: bool = False, xh: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -398,8 +398,16 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     row count is ``S.shape[0]`` (the MLX scales are passed, not read). With ``glu`` the pack pairs gate and up rows
     (``glu_rows``), so the piece's rows g and g + 8 are the gate and up rows the epilogue pairs.
 
-    ``noc`` (a diagnostic, ``TENSORFOLD_GEMV3_NOC=1``): the loads without the dequantize-and-mma work."""
+    ``noc`` (a diagnostic, ``TENSORFOLD_GEMV3_NOC=1``): the loads without the dequantize-and-mma work.
+
+    ``xh``: x enters the tensor cores as bf16 only (round to nearest), one B column a batch row, so an n-tile holds
+    8 rows instead of 4 (hi and lo columns): a launch of up to 8 rows is one n-tile, with one mma a k-step whatever
+    its row count. Lane (g, t) then holds batch rows ``8 n + 2 t`` and ``8 n + 2 t + 1`` (the mma's d0 / d1 and
+    d2 / d3), and the group sums of x are taken over the same bf16 values. Register ring only (no ``pf``,
+    ``stages``, ``kp``)."""
     nwp = max(nwp, nw)
+    assert not xh or not (pf or stages or kp > 1)
+    RPN = 8 if xh else 4  # batch rows an n-tile
     assert not sw or (u in (2, 4) and not (pf or stages) and kp == 1)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
@@ -422,7 +430,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     XBW = cg * spg * nt * 32  # words (uint64) of the x fragments
     nitp = nit // kp  # iterations of a warp's part of the chunk
     SPW = pf * nitp  # ring stages a warp in the prefetch form: every iteration of its tiles
-    NV = mt * nt * 2  # accumulators a lane
+    NV = mt * nt * 2 * (2 if xh else 1)  # accumulators a lane
+    HS = [("a0", "a", 0), ("a1", "a", 1), ("b0", "b", 0), ("b1", "b", 1)] if xh else [("a", "a", 0), ("b", "b", 0)]
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
@@ -438,8 +447,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("    wr = xb")
     else:
         a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
-    a(f"    xs = cuda.shared.array({cg * nt * 4}, np.float32)")
-    a(f"    xp = cuda.shared.array({cg * nt * 4 * 4 * spg}, np.float32)")
+    a(f"    xs = cuda.shared.array({cg * nt * RPN}, np.float32)")
+    a(f"    xp = cuda.shared.array({cg * nt * RPN * 4 * spg}, np.float32)")
     a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
@@ -603,7 +612,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     #      the kernel's instructions, ncu.) The same values and sums, hence the same bits.
     I = "    "
     a(f"{I}kb = G0 * {group}")
-    nitems = cg * 4 * nt * 4
+    nitems = cg * 4 * nt * RPN
     T = nwp * 32
     ipt = -(-nitems // T)  # items per thread
     nq = cl // 4  # 16-byte loads an item
@@ -615,8 +624,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     for k in range(PB):
         a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
         a(f"{I2}tt{k} = it{k} % 4")
-        a(f"{I2}r{k} = (it{k} // 4) % {4 * nt}")
-        a(f"{I2}gl{k} = it{k} // {16 * nt}")
+        a(f"{I2}r{k} = (it{k} // 4) % {RPN * nt}")
+        a(f"{I2}gl{k} = it{k} // {4 * RPN * nt}")
         a(f"{I2}rr = min(r{k}, R - 1)")
         a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
         a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
@@ -625,11 +634,20 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     for k in range(PB):
         a(f"{I2}if tid + (kbat * {PB} + {k}) * {T} < {nitems}:")
         K = I2 + "    "
-        a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
-        a(f"{K}prow = (gl{k} * {4 * nt} + r{k}) * {4 * spg} + tt{k} * {spg}")
+        if xh:  # batch row r is B column r % 8 of n-tile r // 8: lanes 4 (r % 8) + tt
+            a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 8) * 32 + tt{k} + 4 * (r{k} % 8)")
+        else:  # batch row r: columns 2 (r % 4) (hi) and 2 (r % 4) + 1 (lo) of n-tile r // 4
+            a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
+        a(f"{K}prow = (gl{k} * {RPN * nt} + r{k}) * {4 * spg} + tt{k} * {spg}")
         for s_, (_, prs, _) in enumerate(steps):
             (l0, h0), (l1, h1) = prs
             vs = [f"q{k}_{c // 4}[{c % 4}] * live{k}" for c in (l0, h0, l1, h1)]
+            if xh:
+                a(f"{K}h0 = pack_bf16x2({vs[0]}, {vs[1]})")
+                a(f"{K}h1 = pack_bf16x2({vs[2]}, {vs[3]})")
+                a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+                a(f"{K}xp[prow + {s_}] = (bf16_to_f32(h0) + _bf_hi(h0)) + (bf16_to_f32(h1) + _bf_hi(h1))")
+                continue
             a(f"{K}h0, l0 = split_bf16x2({vs[0]}, {vs[1]})")
             a(f"{K}h1, l1 = split_bf16x2({vs[2]}, {vs[3]})")
             a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
@@ -637,19 +655,19 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             a(f"{K}xp[prow + {s_}] = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
               f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
     a(f"{I}cuda.syncthreads()")
-    a(f"{I}for e0 in range(0, {cg * nt * 4}, {nwp * 32}):")
+    a(f"{I}for e0 in range(0, {cg * nt * RPN}, {nwp * 32}):")
     a(f"{I}    e = e0 + tid")
-    a(f"{I}    if e < {cg * nt * 4}:")
+    a(f"{I}    if e < {cg * nt * RPN}:")
     J = I + "        "
     a(f"{J}sm = xp[e * {4 * spg}]")
     a(f"{J}for kk in range(1, {4 * spg}):")
     a(f"{J}    sm += xp[e * {4 * spg} + kk]")
-    a(f"{J}xs[e] = sm if e % {4 * nt} < R else np.float32(0.0)")
+    a(f"{J}xs[e] = sm if e % {RPN * nt} < R else np.float32(0.0)")
     a(f"{I}cuda.syncthreads()")
     for m in range(mt):
         for n in range(nt):
-            a(f"    acc{m}_{n}_a = np.float32(0.0)")
-            a(f"    acc{m}_{n}_b = np.float32(0.0)")
+            for h, _, _ in HS:
+                a(f"    acc{m}_{n}_{h} = np.float32(0.0)")
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
@@ -708,7 +726,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     a(f"{J}bf{s_}_{n}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
                     a(f"{J}bf{s_}_{n}_1 = np.uint32(qv >> np.uint64(32))")
             for n in range(nt):
-                a(f"{J}sx{n} = xs[t + {lin(it, u * 4 * nt, uu * 4 * nt + 4 * n)}]")
+                if xh:
+                    for c in range(2):
+                        a(f"{J}sx{n}_{c} = xs[2 * t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n + c)}]")
+                else:
+                    a(f"{J}sx{n} = xs[t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n)}]")
             for m in range(mt):
                 for h in ("a", "b"):
                     if u == 1:
@@ -734,6 +756,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         i0, i1 = dec
                         a(f"{J}d0, d1, d2, d3 = mma_bf16(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, "
                           f"bf{s_}_{n}_0, bf{s_}_{n}_1, d0, d1, d2, d3)")
+                    if xh:  # d0 / d1: rows g, columns 2t / 2t + 1; d2 / d3: rows g + 8
+                        for h, hh, c, dv in (("a0", "a", 0, "d0"), ("a1", "a", 1, "d1"), ("b0", "b", 0, "d2"),
+                                             ("b1", "b", 1, "d3")):
+                            a(f"{J}acc{m}_{n}_{h} += s{hh} * {dv}")
+                            a(f"{J}acc{m}_{n}_{h} += b{hh} * sx{n}_{c}")
+                        continue
                     a(f"{J}acc{m}_{n}_a += sa * (d0 + d1)")
                     a(f"{J}acc{m}_{n}_a += ba * sx{n}")
                     a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
@@ -742,7 +770,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             for nm in ring_names():
                 a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
     J = JT
-    accs = [f"acc{m}_{n}_{h}" for m in range(mt) for n in range(nt) for h in ("a", "b")]
+    accs = [f"acc{m}_{n}_{h}" for m in range(mt) for n in range(nt) for h, _, _ in HS]
     if kp > 1:
         # part sums through shared memory; the slot's part-0 warp adds them in part order and writes the tile
         for v, nm in enumerate(accs):
@@ -759,23 +787,27 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if noc:
         for nm in accs:
             a(f"{J}{nm} += np.float32(xacc & np.uint32(1))")
+    cols = [("", 0)] if not xh else [("0", 0), ("1", 1)]  # accumulator suffix, batch-row offset
+    rowx = (lambda n, c: f"{8 * n + c} + 2 * t") if xh else (lambda n, c: f"{4 * n} + t")
     for m in range(mt):
         for n in range(nt):
             if glu:
-                a(f"{J}o = (obc >> 1) + {8 * m} + g")
-                a(f"{J}r = {4 * n} + t")
-                a(f"{J}if o < hout and r < R:")
-                a(f"{J}    if ks == 1:")
-                a(f"{J}        y[r, o] = swiglu(acc{m}_{n}_a, acc{m}_{n}_b)")
-                a(f"{J}    else:")
-                a(f"{J}        ws[kz, r, obc + {16 * m} + g] = acc{m}_{n}_a")
-                a(f"{J}        ws[kz, r, obc + {16 * m + 8} + g] = acc{m}_{n}_b")
-                a(f"{J}acc{m}_{n}_a = np.float32(0.0)")
-                a(f"{J}acc{m}_{n}_b = np.float32(0.0)")
+                for cs, c in cols:
+                    a(f"{J}o = (obc >> 1) + {8 * m} + g")
+                    a(f"{J}r = {rowx(n, c)}")
+                    a(f"{J}if o < hout and r < R:")
+                    a(f"{J}    if ks == 1:")
+                    a(f"{J}        y[r, o] = swiglu(acc{m}_{n}_a{cs}, acc{m}_{n}_b{cs})")
+                    a(f"{J}    else:")
+                    a(f"{J}        ws[kz, r, obc + {16 * m} + g] = acc{m}_{n}_a{cs}")
+                    a(f"{J}        ws[kz, r, obc + {16 * m + 8} + g] = acc{m}_{n}_b{cs}")
+                    a(f"{J}acc{m}_{n}_a{cs} = np.float32(0.0)")
+                    a(f"{J}acc{m}_{n}_b{cs} = np.float32(0.0)")
                 continue
-            for h, dr in (("a", 0), ("b", 8)):
+            for (h, dr), (cs, c) in [(hd, cc) for hd in (("a", 0), ("b", 8)) for cc in cols]:
+                h = h + cs
                 a(f"{J}o = obc + {16 * m + dr} + g")
-                a(f"{J}r = {4 * n} + t")
+                a(f"{J}r = {rowx(n, c)}")
                 a(f"{J}if o < out and r < R:")
                 a(f"{J}    if ks == 1:")
                 a(f"{J}        y[r, o] = acc{m}_{n}_{h}")
@@ -849,19 +881,19 @@ _KCACHE: dict = {}
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False):
+               noc=False, sw=False, xh=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw)
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, bool(xh))
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
-                + ("_sw" if sw else "") + tag)
+                + ("_sw" if sw else "") + ("_xh" if xh else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw))
+                                            glu, noc, sw, bool(xh)))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
@@ -880,17 +912,22 @@ def _noc() -> bool:
     return os.environ.get("TENSORFOLD_GEMV3_NOC", "0").strip() == "1"
 
 
+def _xh_on() -> bool:
+    """``TENSORFOLD_GEMV3_XH`` (read when a plan is made): 1 plans bf16-only x (8 rows an n-tile), 0 bf16 hi + lo."""
+    return os.environ.get("TENSORFOLD_GEMV3_XH", "0").strip() == "1"
+
+
 def _lb_on() -> bool:
     """``TENSORFOLD_GEMV3_LB=0``: one-n-tile kernels without launch bounds (the code before session 18)."""
     return os.environ.get("TENSORFOLD_GEMV3_LB", "1").strip() != "0"
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False):
+               sw=False, xh=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw)
+           sw, bool(xh))
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -901,7 +938,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc(), sw), **kw)
+                                              tag, _noc(), sw, xh), **kw)
     return _KCACHE[key]
 
 
@@ -933,6 +970,7 @@ class V3Plan:
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
     sw: int = 0  # the swept weight layout (``sweep_pack``): 1 rows in order, 2 gate / up paired (SwiGLU epilogue)
+    xh: int = 0  # 1: x as bf16 only, 8 rows an n-tile (``_gen_source``'s ``xh``; register ring plans only)
 
     @property
     def per(self) -> int:
@@ -1074,7 +1112,8 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
             if ntile * (ng // c) >= blocks * nw:
                 cg = c
                 break
-    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1)
+    return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1,
+                  xh=int(_xh_on() and not stages))
 
 
 def pf_tuning() -> dict | None:
@@ -1280,9 +1319,9 @@ def new_counters():
     return z if IS_SIM else cuda.to_device(z)
 
 
-def nt_for(R: int) -> int:
-    """n-tiles of a launch of R <= 8 rows (4 rows, hi and lo columns each, an n-tile)"""
-    return 1 if R <= 4 else 2
+def nt_for(R: int, xh: bool = False) -> int:
+    """n-tiles of a launch of R <= 8 rows (4 rows, hi and lo columns each, an n-tile; with ``xh`` 8 rows)"""
+    return 1 if R <= (8 if xh else 4) else 2
 
 
 _DYN_SET: set = set()
@@ -1327,9 +1366,11 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         raise ValueError(f"qgemv: {out} rows need more than {NCOUNTERS} arrival counters")
     if p.ks > 1 and ws is None:
         raise ValueError("qgemv: ks > 1 needs a workspace ws [ks, R, out] float32")
+    if p.xh and (p.pf or p.stages or p.kp > 1):
+        raise ValueError("qgemv: bf16-only x (xh) takes the register-ring plans only")
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
-        nt = nt_for(n)
+        nt = nt_for(n, p.xh)
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:
@@ -1343,7 +1384,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       glu=glu, sw=bool(p.sw))
+                       glu=glu, sw=bool(p.sw), xh=bool(p.xh))
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 
@@ -1403,6 +1444,12 @@ def _specs():
     for nt in (1, 2):
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
+    # bf16-only x (TENSORFOLD_GEMV3_XH=1): one n-tile for 1-8 rows, swept plain and SwiGLU (hot), MLX layout
+    for glu, sw in ((False, True), (True, True), (False, False)):
+        f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=sw, xh=True)
+        specs.append((f, _SIG))
+        if sw:
+            hot.add(f.__name__)
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up

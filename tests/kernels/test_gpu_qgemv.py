@@ -189,3 +189,48 @@ def test_swept_layout_real_shapes(label, out, inp):
                 ys.append(y.copy_to_host())
             assert not np.isnan(ys[0]).any()
             assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu R={R}"
+
+
+@pytest.mark.parametrize("label,out,inp", SHAPES)
+def test_bf16_x_real_shapes(label, out, inp):
+    """bf16-only x (``xh``, 8 rows an n-tile) at the real shapes, 1-16 rows: within the oracle's bound against
+    float64 on x rounded to bf16 (``bf16.from_f32``, nearest even), rows alone bit-equal to the same rows of the
+    16-row launch, and the swept layout (plain; at 9B gate + up also the SwiGLU epilogue on the device repack)
+    bit-equal to the MLX layout."""
+    import dataclasses
+
+    from tensorfold.kernels import qgemv as Q
+    from tensorfold.model import bf16
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((16, inp)).astype(np.float32)
+    ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
+    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1)
+    dev = [cuda.to_device(a) for a in (P, S, B)]
+    full = _run(cuda, dev, x, p, bits, group)
+    _check(full, ref, bound)
+    for r0, R in ((0, 1), (5, 1), (15, 1), (0, 4), (3, 5), (8, 8), (1, 8)):
+        y = _run(cuda, dev, x[r0:r0 + R], p, bits, group)
+        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"{label} xh rows {r0}+{R}"
+    sp = dataclasses.replace(p, sw=1)
+    sdev = [Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, per=p.per), dev[1], dev[2]]
+    for R in (1, 8, 16):
+        y = cuda.to_device(np.full((R, out), np.nan, np.float32))
+        ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+        Q.launch(*sdev, cuda.to_device(x[:R]), y, sp, R, ws=ws)
+        y1 = y.copy_to_host()
+        assert np.array_equal(full[:R].view(np.uint32), y1.view(np.uint32)), f"{label} xh swept R={R}"
+    if out % 16 == 0 and out >= 16384:
+        gp = dataclasses.replace(p, sw=2)
+        gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
+        for R in (1, 8):
+            ys = []
+            for W, pl in ((dev[0], p), (gW, gp)):
+                y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+                Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
+                ys.append(y.copy_to_host())
+            assert not np.isnan(ys[0]).any()
+            assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} xh glu R={R}"

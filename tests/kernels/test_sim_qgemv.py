@@ -19,6 +19,8 @@ completes a tile sums the chunks), 1-11 rows (one or two n-tiles, launches of 8 
 alone or in smaller launches equal the same rows of a bigger launch bit for bit; the arrival counters end at zero.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -361,3 +363,60 @@ def test_swept_glu_same_bits(ks):
     assert not Q.counters().any()
     with pytest.raises(ValueError, match="paired"):
         Q.launch(Wp, S, B, x, np.zeros((R, out), np.float32), swp, R, ws=ws)
+
+
+@pytest.mark.parametrize("bits,group,ks", [(4, 64, 2), (4, 32, 1), (4, 128, 2), (8, 64, 1), (8, 32, 2),
+                                           (2, 64, 2), (2, 128, 1)])
+def test_bf16_x_formats_rows_exact(bits, group, ks):
+    """bf16-only x (``xh``: one B column a batch row, 8 rows an n-tile). Oracle: float64 on x rounded to bf16 by
+    ``bf16.from_f32`` (nearest, ties to even, as ``cvt.rn``) within the fp32-class bound of ``_ref``, and float64
+    on the float32 x within 2^-8 |x| @ |W| more (bf16 rounding is at most 2^-9 relative a value). 11 rows (launches
+    of 8 + 3); rows launched alone or in smaller launches equal the same rows of the big launch bit for bit."""
+    out, K, rows = 72, (512 if group == 128 else 256), 11
+    P, S, B = _case(bits, group, out, K)
+    cg = K // group // ks
+    u = 2 if cg % 2 == 0 else 1
+    p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, xh=1)
+    x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
+    full = _go(P, S, B, x, p)
+    xb = bf16.to_f32(bf16.from_f32(x))
+    ref, bound = _ref(xb, P, S, B, bits, group)
+    _check(full, ref, bound)
+    W = ops.affine_dequant(P, S, B, bits, group).astype(np.float64)
+    ref32 = x.astype(np.float64) @ W.T
+    _check(full, ref32, bound + 2.0 ** -8 * (np.abs(x.astype(np.float64)) @ np.abs(W).T))
+    assert not np.array_equal(full, _go(P, S, B, x, dataclasses.replace(p, xh=0))), "xh changed nothing"
+    assert not Q.counters().any()
+    for r0, R in ((0, 1), (rows - 2, 1), (2, 5), (1, 8)):
+        y = _go(P, S, B, x[r0:r0 + R], p)
+        assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"rows {r0}..{r0 + R - 1}"
+
+
+@pytest.mark.parametrize("ks", [1, 2])
+def test_bf16_x_swept_and_glu_same_bits(ks):
+    """bf16-only x on the swept layout: bit-equal to the MLX layout, plain (rows in order) and with the SwiGLU
+    epilogue (gate / up paired), at 1 and 7 rows; the epilogue equals silu(gate) * up of the plain GEMV's gate and up
+    columns, in float64 on the host, within 1e-5 relative (a mispaired row would be off by O(1))."""
+    bits, group, u, out, K = 4, 64, 4, 96, 512
+    P, S, B = _case(bits, group, out, K)
+    cg = K // group // ks
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, xh=1)
+    sw1 = dataclasses.replace(base, sw=1)
+    sw2 = dataclasses.replace(base, sw=2)
+    W1 = Q.sweep_pack(P, S, B, bits, group, u, per=base.per)
+    W2 = Q.sweep_pack(P, S, B, bits, group, u, glu=True, per=base.per)
+    for R in (1, 7):
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        ws = np.full((ks, R, out), np.nan, np.float32)
+        y0 = _go(P, S, B, x, base)
+        assert np.array_equal(y0.view(np.uint32), _go(W1, S, B, x, sw1).view(np.uint32)), f"plain R={R}"
+        g0 = np.full((R, out // 2), np.nan, np.float32)
+        g1 = g0.copy()
+        Q.launch(P, S, B, x, g0, base, R, ws=ws, glu=True)
+        Q.launch(W2, S, B, x, g1, sw2, R, ws=ws, glu=True)
+        assert not np.isnan(g0).any()
+        assert np.array_equal(g0.view(np.uint32), g1.view(np.uint32)), f"glu R={R}"
+        gt, up = y0[:, :out // 2].astype(np.float64), y0[:, out // 2:].astype(np.float64)
+        want = gt / (1.0 + np.exp(-gt)) * up
+        assert (np.abs(g0 - want) <= 1e-5 * np.abs(want) + 1e-30).all(), f"glu vs GEMV + silu * up, R={R}"
+    assert not Q.counters().any()
