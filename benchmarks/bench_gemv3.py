@@ -133,6 +133,7 @@ def main(argv=None):
     ap.add_argument("--tcplans", default="", help='first-kernel plans (affine.TC_VARIANTS) to time as well, with '
                     'optional overrides: "w16;pipe:mt=1,u=2;..."')
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
+    ap.add_argument("--only-sw", action="store_true", help="with --swept: time the swept forms only")
     ap.add_argument("--xh", action="store_true", help="also time each qgemv form with bf16-only x (plan xh=1)")
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
@@ -196,6 +197,8 @@ def main(argv=None):
                           for nm, p in v3]
                 forms += [(nm + " sw glu", dataclasses.replace(p, sw=2), True, smats[(p.u, True, p.per)])
                           for nm, p in v3 if (p.u, True, p.per) in smats]
+            if args.only_sw:
+                forms = [f for f in forms if getattr(f[1], "sw", 0)]
             if args.xh:  # bf16-only x (8 rows an n-tile), beside each qgemv form
                 forms += [(nm + " xh", dataclasses.replace(p, xh=1), glu, m_) for nm, p, glu, m_ in list(forms)
                           if isinstance(p, Q.V3Plan)]

@@ -617,7 +617,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     ipt = -(-nitems // T)  # items per thread
     nq = cl // 4  # 16-byte loads an item
     # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
-    PB = min(ipt, pb or max(1, 8 // nq))  # 8 16-byte loads: 136 registers at one n-tile, 168 at two (ptxas sm_90)
+    # 8 16-byte loads: 136 registers at one n-tile, 168 at two (ptxas sm_90); bf16-only x has twice the items at one
+    # n-tile (8 rows) and no lo split: 16 loads keep it one batch (one L2 round trip; 168 registers, no spills)
+    PB = min(ipt, pb or max(1, (16 if xh else 8) // nq))
     nb = -(-ipt // PB)
     a(f"{I}for kbat in range({nb}):")
     I2 = I + "    "
