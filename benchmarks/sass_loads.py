@@ -7,7 +7,7 @@ the git-ignored ``.tools/``). The kernels compile here from PTX for sm_90 with a
 
     python benchmarks/sass_loads.py "qgemv:24576,4096" "qgemv:24576,4096,glu" "qgemv:24576,4096,glu,d2"
 
-A spec is ``qgemv:OUT,IN[,glu][,dN][,uN][,pbN][,nt2][,noc][,sw]`` (the default plan of that shape, 4-bit g64, with the
+A spec is ``qgemv:OUT,IN[,glu][,dN][,uN][,pbN][,nt2][,noc][,sw][,xh]`` (the default plan of that shape, 4-bit g64, with the
 given depth / groups an iteration / x-preparation batch / two n-tiles / the arithmetic left out / swept layout). ``SASS_LAUNCH_BOUNDS=THREADS,BLOCKS`` compiles
 with numba's launch bounds (what ``qgemv.get_kernel`` sets for one-n-tile kernels: ``128,3``). For the loop that holds the HMMAs, it prints the instruction count, then for the global loads (LDG): how
 many, and the distance in instructions from each load to the first instruction that reads its result (wrapping
@@ -148,7 +148,7 @@ def _spec(spec: str):
     pb = next((int(f[2:]) for f in flags if f.startswith("pb")), 0)
     nt = 2 if "nt2" in flags else 1
     f = Q.get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, depth, pb=pb, glu="glu" in flags, noc="noc" in flags,
-                     sw="sw" in flags)
+                     sw="sw" in flags, xh=2 if "xz" in flags else int("xh" in flags))
     return f, Q._SIG
 
 

@@ -358,7 +358,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False, sw: bool = False, xh: bool = False) -> str:
+                noc: bool = False, sw: bool = False, xh: int = 0) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -400,14 +400,20 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``noc`` (a diagnostic, ``TENSORFOLD_GEMV3_NOC=1``): the loads without the dequantize-and-mma work.
 
-    ``xh``: x enters the tensor cores as bf16 only (round to nearest), one B column a batch row, so an n-tile holds
-    8 rows instead of 4 (hi and lo columns): a launch of up to 8 rows is one n-tile, with one mma a k-step whatever
-    its row count. Lane (g, t) then holds batch rows ``8 n + 2 t`` and ``8 n + 2 t + 1`` (the mma's d0 / d1 and
-    d2 / d3), and the group sums of x are taken over the same bf16 values. Register ring only (no ``pf``,
-    ``stages``, ``kp``)."""
+    ``xh`` (bf16-only x: x enters the tensor cores rounded to nearest bf16, no lo part; register ring only, no
+    ``pf`` / ``stages`` / ``kp``):
+
+    - ``xh = 1``: one B column a batch row, so an n-tile holds 8 rows instead of 4: a launch of up to 8 rows is one
+      n-tile, one mma a k-step whatever its row count. Lane (g, t) holds batch rows ``8 n + 2 t`` and
+      ``8 n + 2 t + 1`` (the mma's d0 / d1 and d2 / d3).
+    - ``xh = 2``: the hi + lo kernel's layout (4 rows an n-tile) with every lo column zero, and only the hi
+      columns' sums (d0, d2) accumulated: the cheaper loop for 1-4 rows. A column of an mma depends only on its own
+      B column, the x values, group sums and accumulation order are those of ``xh = 1``, so a row gets the same
+      bits from either form (tests/kernels/test_sim_qgemv.py checks it)."""
     nwp = max(nwp, nw)
     assert not xh or not (pf or stages or kp > 1)
-    RPN = 8 if xh else 4  # batch rows an n-tile
+    X8 = xh == 1
+    RPN = 8 if X8 else 4  # batch rows an n-tile
     assert not sw or (u in (2, 4) and not (pf or stages) and kp == 1)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
@@ -430,8 +436,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     XBW = cg * spg * nt * 32  # words (uint64) of the x fragments
     nitp = nit // kp  # iterations of a warp's part of the chunk
     SPW = pf * nitp  # ring stages a warp in the prefetch form: every iteration of its tiles
-    NV = mt * nt * 2 * (2 if xh else 1)  # accumulators a lane
-    HS = [("a0", "a", 0), ("a1", "a", 1), ("b0", "b", 0), ("b1", "b", 1)] if xh else [("a", "a", 0), ("b", "b", 0)]
+    NV = mt * nt * 2 * (2 if X8 else 1)  # accumulators a lane
+    HS = [("a0", "a", 0), ("a1", "a", 1), ("b0", "b", 0), ("b1", "b", 1)] if X8 else [("a", "a", 0), ("b", "b", 0)]
     L = []
     a = L.append
     a(f"def {name}(W, S, B, x, y, ws, cnt, R):")
@@ -619,7 +625,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # a batch's x loads are all issued before any is used (a runtime loop over batches bounds the registers)
     # 8 16-byte loads: 136 registers at one n-tile, 168 at two (ptxas sm_90); bf16-only x has twice the items at one
     # n-tile (8 rows) and no lo split: 16 loads keep it one batch (one L2 round trip; 168 registers, no spills)
-    PB = min(ipt, pb or max(1, (16 if xh else 8) // nq))
+    PB = min(ipt, pb or max(1, (16 if X8 else 8) // nq))
     nb = -(-ipt // PB)
     a(f"{I}for kbat in range({nb}):")
     I2 = I + "    "
@@ -636,7 +642,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     for k in range(PB):
         a(f"{I2}if tid + (kbat * {PB} + {k}) * {T} < {nitems}:")
         K = I2 + "    "
-        if xh:  # batch row r is B column r % 8 of n-tile r // 8: lanes 4 (r % 8) + tt
+        if X8:  # batch row r is B column r % 8 of n-tile r // 8: lanes 4 (r % 8) + tt
             a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 8) * 32 + tt{k} + 4 * (r{k} % 8)")
         else:  # batch row r: columns 2 (r % 4) (hi) and 2 (r % 4) + 1 (lo) of n-tile r // 4
             a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
@@ -648,6 +654,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{K}h0 = pack_bf16x2({vs[0]}, {vs[1]})")
                 a(f"{K}h1 = pack_bf16x2({vs[2]}, {vs[3]})")
                 a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
+                if not X8:  # the lo column stays in the layout, zero
+                    a(f"{K}xb[xrow + {s_ * nt * 32 + 4}] = np.uint64(0)")
                 a(f"{K}xp[prow + {s_}] = (bf16_to_f32(h0) + _bf_hi(h0)) + (bf16_to_f32(h1) + _bf_hi(h1))")
                 continue
             a(f"{K}h0, l0 = split_bf16x2({vs[0]}, {vs[1]})")
@@ -728,7 +736,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     a(f"{J}bf{s_}_{n}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
                     a(f"{J}bf{s_}_{n}_1 = np.uint32(qv >> np.uint64(32))")
             for n in range(nt):
-                if xh:
+                if X8:
                     for c in range(2):
                         a(f"{J}sx{n}_{c} = xs[2 * t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n + c)}]")
                 else:
@@ -758,7 +766,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         i0, i1 = dec
                         a(f"{J}d0, d1, d2, d3 = mma_bf16(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, "
                           f"bf{s_}_{n}_0, bf{s_}_{n}_1, d0, d1, d2, d3)")
-                    if xh:  # d0 / d1: rows g, columns 2t / 2t + 1; d2 / d3: rows g + 8
+                    if xh == 2:  # hi columns only (the lo columns are zero): xh = 1's products and sums
+                        a(f"{J}acc{m}_{n}_a += sa * d0")
+                        a(f"{J}acc{m}_{n}_a += ba * sx{n}")
+                        a(f"{J}acc{m}_{n}_b += sb * d2")
+                        a(f"{J}acc{m}_{n}_b += bb * sx{n}")
+                        continue
+                    if X8:  # d0 / d1: rows g, columns 2t / 2t + 1; d2 / d3: rows g + 8
                         for h, hh, c, dv in (("a0", "a", 0, "d0"), ("a1", "a", 1, "d1"), ("b0", "b", 0, "d2"),
                                              ("b1", "b", 1, "d3")):
                             a(f"{J}acc{m}_{n}_{h} += s{hh} * {dv}")
@@ -789,8 +803,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if noc:
         for nm in accs:
             a(f"{J}{nm} += np.float32(xacc & np.uint32(1))")
-    cols = [("", 0)] if not xh else [("0", 0), ("1", 1)]  # accumulator suffix, batch-row offset
-    rowx = (lambda n, c: f"{8 * n + c} + 2 * t") if xh else (lambda n, c: f"{4 * n} + t")
+    cols = [("", 0)] if not X8 else [("0", 0), ("1", 1)]  # accumulator suffix, batch-row offset
+    rowx = (lambda n, c: f"{8 * n + c} + 2 * t") if X8 else (lambda n, c: f"{4 * n} + t")
     for m in range(mt):
         for n in range(nt):
             if glu:
@@ -883,19 +897,19 @@ _KCACHE: dict = {}
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=False):
+               noc=False, sw=False, xh=0):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, bool(xh))
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh))
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
-                + ("_sw" if sw else "") + ("_xh" if xh else "") + tag)
+                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, bool(xh)))
+                                            glu, noc, sw, int(xh)))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
@@ -925,11 +939,11 @@ def _lb_on() -> bool:
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False, xh=False):
+               sw=False, xh=0):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, bool(xh))
+           sw, int(xh))
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -972,7 +986,7 @@ class V3Plan:
     nwp: int = 0  # warps a block in the prefetch form (>= nw; the rest help with the x preparation)
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
     sw: int = 0  # the swept weight layout (``sweep_pack``): 1 rows in order, 2 gate / up paired (SwiGLU epilogue)
-    xh: int = 0  # 1: x as bf16 only, 8 rows an n-tile (``_gen_source``'s ``xh``; register ring plans only)
+    xh: int = 0  # 1: x as bf16 only (register ring plans only): 1-4 rows take ``_gen_source``'s xh = 2, 5-8 xh = 1
 
     @property
     def per(self) -> int:
@@ -1326,6 +1340,12 @@ def nt_for(R: int, xh: bool = False) -> int:
     return 1 if R <= (8 if xh else 4) else 2
 
 
+def xmode(R: int, xh: bool) -> int:
+    """``_gen_source``'s x form for a launch of R <= 8 rows: 0 hi + lo; with bf16-only x, 2 (zero lo columns, the
+    hi + lo loop) for 1-4 rows and 1 (8 rows an n-tile) for 5-8 (the same bits a row either way)"""
+    return 0 if not xh else (2 if R <= 4 else 1)
+
+
 _DYN_SET: set = set()
 
 
@@ -1386,7 +1406,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       glu=glu, sw=bool(p.sw), xh=bool(p.xh))
+                       glu=glu, sw=bool(p.sw), xh=xmode(n, p.xh))
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 
@@ -1446,11 +1466,11 @@ def _specs():
     for nt in (1, 2):
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
-    # bf16-only x (TENSORFOLD_GEMV3_XH=1): one n-tile for 1-8 rows, swept plain and SwiGLU (hot), MLX layout
-    for glu, sw in ((False, True), (True, True), (False, False)):
-        f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=sw, xh=True)
-        specs.append((f, _SIG))
-        if sw:
+    # bf16-only x (TENSORFOLD_GEMV3_XH=1): one n-tile, 8 rows (xh 1) and 1-4 rows (xh 2), swept plain / SwiGLU
+    for glu in (False, True):
+        for xm in (1, 2):
+            f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
+            specs.append((f, _SIG))
             hot.add(f.__name__)
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))

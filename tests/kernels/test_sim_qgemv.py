@@ -365,13 +365,13 @@ def test_swept_glu_same_bits(ks):
         Q.launch(Wp, S, B, x, np.zeros((R, out), np.float32), swp, R, ws=ws)
 
 
-@pytest.mark.parametrize("bits,group,ks", [(4, 64, 2), (4, 32, 1), (4, 128, 2), (8, 64, 1), (8, 32, 2),
-                                           (2, 64, 2), (2, 128, 1)])
+@pytest.mark.parametrize("bits,group,ks", [(4, 64, 2), (4, 32, 1), (8, 32, 2), (2, 128, 1)])
 def test_bf16_x_formats_rows_exact(bits, group, ks):
     """bf16-only x (``xh``: one B column a batch row, 8 rows an n-tile). Oracle: float64 on x rounded to bf16 by
     ``bf16.from_f32`` (nearest, ties to even, as ``cvt.rn``) within the fp32-class bound of ``_ref``, and float64
     on the float32 x within 2^-8 |x| @ |W| more (bf16 rounding is at most 2^-9 relative a value). 11 rows (launches
-    of 8 + 3); rows launched alone or in smaller launches equal the same rows of the big launch bit for bit."""
+    of 8 + 3); rows launched alone or in smaller launches equal the same rows of the big launch bit for bit, which
+    also holds across the two kernel forms (1-4 rows: zero lo columns, xh 2; 5-8 rows: 8 rows an n-tile, xh 1)."""
     out, K, rows = 72, (512 if group == 128 else 256), 11
     P, S, B = _case(bits, group, out, K)
     cg = K // group // ks
