@@ -57,6 +57,12 @@ offsets are constants; the kernel differs only in its address arithmetic (the sa
 25.2 / 44.2; 9B down 18.6 / 31.0 -> 16.3 / 31.6; 27B gate+up 43.1 / 70.2 -> 38.3 / 73.6; 27B down 29.6 / 56.5 ->
 26.5 / 58.1 (benchmarks/results/session20_2026-12-02.md).
 
+bf16-only x (``V3Plan.xh``, opt-in ``TENSORFOLD_GEMV3_XH=1``, session 21): x rounded to bf16, one B column a batch
+row, so 5-8 rows share one n-tile (``_gen_source(xh=1)``) and 1-4 rows run the hi + lo loop with zero lo columns
+(``xh=2``), the same bits a row either way. Measured with the 8-row form at every row count (µs at 1 / 8 rows,
+hi + lo -> bf16 x): 9B gate+up SwiGLU 25.3 / 44.1 -> 27.4 / 33.5, 27B down 26.2 / 58.3 -> 28.2 / 47.6; decode at 8
+streams +17-24 %, at one stream -5-8 % (what the 1-4-row form is for; not yet measured on the GPU).
+
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
 the physical k order of every mma step is the lanes' own (``_lane_layout``, which ``affine``'s kernel uses too), and x's
