@@ -33,6 +33,27 @@ def _run(cuda, dev, x, p, bits, group):
 SHAPES = [("9B gate/up", 24576, 4096), ("27B down", 5120, 17408)]
 
 
+def _glu_swept_same_bits(cuda, dev, x, p, bits, group, rows, label):
+    """The SwiGLU epilogue of plan ``p`` on the MLX arrays ``dev`` against the device repack with gate / up rows
+    paired (``sweep_pack_device(glu=True)``, plan ``sw = 2``): bit-equal at each row count of ``rows``."""
+    import dataclasses
+
+    from tensorfold.kernels import qgemv as Q
+
+    out = dev[0].shape[0]
+    gp = dataclasses.replace(p, sw=2)
+    gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
+    for R in rows:
+        ys = []
+        for W, pl in ((dev[0], p), (gW, gp)):
+            y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+            ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+            Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
+            ys.append(y.copy_to_host())
+        assert not np.isnan(ys[0]).any()
+        assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu R={R}"
+
+
 @pytest.mark.parametrize("label,out,inp", SHAPES)
 def test_real_shapes_rows_1_to_16(label, out, inp):
     from tensorfold.kernels import qgemv as Q
@@ -178,17 +199,7 @@ def test_swept_layout_real_shapes(label, out, inp):
         _check(y1, ref[:R], bound[:R])
         assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"{label} R={R}"
     if out % 16 == 0 and out >= 16384:  # a gate | up weight: the SwiGLU epilogue on gate / up rows paired
-        gp = dataclasses.replace(p, sw=2)
-        gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
-        for R in (1, 5):
-            ys = []
-            for W, pl in ((dev[0], p), (gW, gp)):
-                y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
-                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
-                Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
-                ys.append(y.copy_to_host())
-            assert not np.isnan(ys[0]).any()
-            assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu R={R}"
+        _glu_swept_same_bits(cuda, dev, x, p, bits, group, (1, 5), label)
 
 
 @pytest.mark.parametrize("label,out,inp", SHAPES)
@@ -223,14 +234,4 @@ def test_bf16_x_real_shapes(label, out, inp):
         y1 = y.copy_to_host()
         assert np.array_equal(full[:R].view(np.uint32), y1.view(np.uint32)), f"{label} xh swept R={R}"
     if out % 16 == 0 and out >= 16384:
-        gp = dataclasses.replace(p, sw=2)
-        gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
-        for R in (1, 8):
-            ys = []
-            for W, pl in ((dev[0], p), (gW, gp)):
-                y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
-                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
-                Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
-                ys.append(y.copy_to_host())
-            assert not np.isnan(ys[0]).any()
-            assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} xh glu R={R}"
+        _glu_swept_same_bits(cuda, dev, x, p, bits, group, (1, 8), label + " xh")
