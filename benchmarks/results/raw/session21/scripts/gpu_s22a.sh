@@ -22,3 +22,8 @@ dec 27b 27b; pack
 TENSORFOLD_GEMV3_XH=1 timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short \
     tests/runtime/test_gpu_runtime.py >"$R/runtime_xh.txt" 2>&1
 echo "== runtime xh rc $?"; tail -3 "$R/runtime_xh.txt"; pack
+# the 9B out_proj / o_proj (4096 x 4096, 10.5 % of the 9B step on the first kernel's pipe2 plan): qgemv on the MLX
+# and swept layouts, hi + lo and bf16 x, against the first kernel's default plan
+timeout 120 python3 benchmarks/bench_gemv3.py --shapes - --custom "4096,4096" --rows 1,8 --swept --xh \
+    --out "$R/oproj" >"$R/gemv3_oproj.txt" 2>&1
+echo "== oproj rc $?"; grep "R=" "$R/gemv3_oproj.txt"; pack
