@@ -134,7 +134,8 @@ def main(argv=None):
                     'optional overrides: "w16;pipe:mt=1,u=2;..."')
     ap.add_argument("--custom", default="", help='extra shapes "out,in;out,in" (label "sweep")')
     ap.add_argument("--only-sw", action="store_true", help="with --swept: time the swept forms only")
-    ap.add_argument("--xh", action="store_true", help="also time each qgemv form with bf16-only x (plan xh=1)")
+    ap.add_argument("--xh", action="store_true", help="time each qgemv form with hi + lo x (xh 0) and, labelled "
+                    "xh, bf16-only x (xh 1); without it a plan keeps its default (TENSORFOLD_GEMV3_XH)")
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
     ap.add_argument("--swept", action="store_true", help="time each qgemv plan on the swept layout too "
@@ -199,9 +200,11 @@ def main(argv=None):
                           for nm, p in v3 if (p.u, True, p.per) in smats]
             if args.only_sw:
                 forms = [f for f in forms if getattr(f[1], "sw", 0)]
-            if args.xh:  # bf16-only x (8 rows an n-tile), beside each qgemv form
-                forms += [(nm + " xh", dataclasses.replace(p, xh=1), glu, m_) for nm, p, glu, m_ in list(forms)
-                          if isinstance(p, Q.V3Plan)]
+            if args.xh:  # hi + lo x (xh 0) and bf16-only x (xh 1, the default since session 22) side by side
+                v3f = [f for f in forms if isinstance(f[1], Q.V3Plan)]
+                forms = ([f for f in forms if not isinstance(f[1], Q.V3Plan)]
+                         + [(nm, dataclasses.replace(p, xh=0), glu, m_) for nm, p, glu, m_ in v3f]
+                         + [(nm + " xh", dataclasses.replace(p, xh=1), glu, m_) for nm, p, glu, m_ in v3f])
             for name, p, glu, mats_ in forms:
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 

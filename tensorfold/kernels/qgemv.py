@@ -57,11 +57,12 @@ offsets are constants; the kernel differs only in its address arithmetic (the sa
 25.2 / 44.2; 9B down 18.6 / 31.0 -> 16.3 / 31.6; 27B gate+up 43.1 / 70.2 -> 38.3 / 73.6; 27B down 29.6 / 56.5 ->
 26.5 / 58.1 (benchmarks/results/session20_2026-12-02.md).
 
-bf16-only x (``V3Plan.xh``, opt-in ``TENSORFOLD_GEMV3_XH=1``, session 21): x rounded to bf16, one B column a batch
-row, so 5-8 rows share one n-tile (``_gen_source(xh=1)``) and 1-4 rows run the hi + lo loop with zero lo columns
-(``xh=2``), the same bits a row either way. Measured with the 8-row form at every row count (µs at 1 / 8 rows,
-hi + lo -> bf16 x): 9B gate+up SwiGLU 25.3 / 44.1 -> 27.4 / 33.5, 27B down 26.2 / 58.3 -> 28.2 / 47.6; decode at 8
-streams +17-24 %, at one stream -5-8 % (what the 1-4-row form is for; not yet measured on the GPU).
+bf16-only x (``V3Plan.xh``, session 21; the default since session 22, ``TENSORFOLD_GEMV3_XH=0`` restores hi + lo
+x): x rounded to bf16, one B column a batch row, so 5-8 rows share one n-tile (``_gen_source(xh=1)``) and 1-4 rows
+run the hi + lo loop with zero lo columns (``xh=2``), the same bits a row either way. Measured (µs at 1 / 4 / 8 rows,
+hi + lo -> bf16 x, session 22): 9B gate+up SwiGLU 25.2 / 27.0 / 45.1 -> 25.6 / 26.9 / 34.9, 27B down 26.4 / 33.4 /
+58.7 -> 26.2 / 33.1 / 47.9; decode at 1 / 8 streams 9B 332.0 / 1,522 -> 337.6 / 1,794 tok/s, 27B 126.5 / 517 ->
+128.4 / 641 (benchmarks/results/session22_2026-12-02.md).
 
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
@@ -772,18 +773,21 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         i0, i1 = dec
                         a(f"{J}d0, d1, d2, d3 = mma_bf16(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, "
                           f"bf{s_}_{n}_0, bf{s_}_{n}_1, d0, d1, d2, d3)")
+                    if xh == 2:  # hi columns only (the lo columns are zero): xh = 1's products and sums
+                        a(f"{J}acc{m}_{n}_a += sa * d0")
+                        a(f"{J}acc{m}_{n}_a += ba * sx{n}")
+                        a(f"{J}acc{m}_{n}_b += sb * d2")
+                        a(f"{J}acc{m}_{n}_b += bb * sx{n}")
+                        continue
                     if X8:  # d0 / d1: rows g, columns 2t / 2t + 1; d2 / d3: rows g + 8
                         for h, hh, c, dv in (("a0", "a", 0, "d0"), ("a1", "a", 1, "d1"), ("b0", "b", 0, "d2"),
                                              ("b1", "b", 1, "d3")):
                             a(f"{J}acc{m}_{n}_{h} += s{hh} * {dv}")
                             a(f"{J}acc{m}_{n}_{h} += b{hh} * sx{n}_{c}")
                         continue
-                    # hi + lo columns summed; with xh = 2 the lo columns are zero and only the hi sums are taken
-                    # (xh = 1's products and sums)
-                    da, db = ("d0", "d2") if xh == 2 else ("(d0 + d1)", "(d2 + d3)")
-                    a(f"{J}acc{m}_{n}_a += sa * {da}")
+                    a(f"{J}acc{m}_{n}_a += sa * (d0 + d1)")
                     a(f"{J}acc{m}_{n}_a += ba * sx{n}")
-                    a(f"{J}acc{m}_{n}_b += sb * {db}")
+                    a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
                     a(f"{J}acc{m}_{n}_b += bb * sx{n}")
         for d in range(0 if (stages or pf) else depth):
             for nm in ring_names():
@@ -932,8 +936,8 @@ def _noc() -> bool:
 
 
 def _xh_on() -> bool:
-    """``TENSORFOLD_GEMV3_XH`` (read when a plan is made): 1 plans bf16-only x (``V3Plan.xh``), 0 bf16 hi + lo."""
-    return os.environ.get("TENSORFOLD_GEMV3_XH", "0").strip() == "1"
+    """``TENSORFOLD_GEMV3_XH`` (read when a plan is made): 1 (the default) plans bf16-only x, 0 bf16 hi + lo."""
+    return os.environ.get("TENSORFOLD_GEMV3_XH", "1").strip() != "0"
 
 
 def _lb_on() -> bool:
@@ -1469,7 +1473,7 @@ def _specs():
     for nt in (1, 2):
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
-    # bf16-only x (TENSORFOLD_GEMV3_XH=1): one n-tile, 8 rows (xh 1) and 1-4 rows (xh 2), swept plain / SwiGLU
+    # bf16-only x (the default, TENSORFOLD_GEMV3_XH): one n-tile, 8 rows (xh 1) and 1-4 rows (xh 2), swept plain / SwiGLU
     for glu in (False, True):
         for xm in (1, 2):
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)

@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-from test_gpu_a import _cuda, _rand_q, rng  # one source for the GPU tests' random MLX weights
+from test_gpu_a import _cuda, _rand_q, _xin, rng  # one source for the GPU tests' random MLX weights
 
 
 def _ref(x, P, S, B, bits, group, chunk=16384):
@@ -89,7 +89,7 @@ def test_qgemv_4bit_g64_real_shapes_rows_1_2_8_16(label, out, inp, rows):
     assert isinstance(dev.plan, Q.V3Plan) or dev.plan.tc, dev.plan
     x = rng.standard_normal((rows, inp)).astype(np.float32)
     yr = dev(x)
-    ref, bound = _ref(x, P, S, B, 4, 64)
+    ref, bound = _ref(_xin(x, dev.plan), P, S, B, 4, 64)
     _check(yr, ref, bound)
     for r0, R in ((0, 1), (5, 1), (0, 2), (0, 8), (rows - 8, 8), (rows - 1, 1)):
         y = dev(x[r0:r0 + R])
@@ -107,7 +107,7 @@ def _vshape(cuda, label):
         P, S, B = _rand_q(out, inp, 4, 64)
         dev = _Dev(cuda, P, S, B, 4, 64)
         x = rng.standard_normal((rows, inp)).astype(np.float32)
-        ref, bound = _ref(x, P, S, B, 4, 64)
+        ref, bound = _ref(x, P, S, B, 4, 64)  # for the first kernel's variants (hi + lo x), not dev's default plan
         _VCACHE[label] = (dev, x, ref, bound)
     return _VCACHE[label]
 
@@ -177,7 +177,7 @@ def test_qgemv_19_rows_grid_y():
     dev = _Dev(cuda, P, S, B, 4, 64)
     x = rng.standard_normal((19, inp)).astype(np.float32)
     y19 = dev(x)
-    ref, bound = _ref(x, P, S, B, 4, 64)
+    ref, bound = _ref(_xin(x, dev.plan), P, S, B, 4, 64)
     _check(y19, ref, bound)
     y2 = dev(x[17:19])
     assert np.array_equal(y2.view(np.uint32), y19[17:19].view(np.uint32))

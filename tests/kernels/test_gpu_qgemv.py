@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-from test_gpu_a import _cuda, _rand_q, rng
+from test_gpu_a import _cuda, _rand_q, _xin, rng
 from test_gpu_gemv import _check, _ref
 
 
@@ -62,10 +62,10 @@ def test_real_shapes_rows_1_to_16(label, out, inp):
     bits, group = 4, 64
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((16, inp)).astype(np.float32)
-    ref, bound = _ref(x, P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
     for cfg in ({},):
         p = Q.plan(out, inp, bits, group, **cfg)
+        ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
         full = _run(cuda, dev, x, p, bits, group)
         _check(full, ref, bound)
         again = _run(cuda, dev, x, p, bits, group)
@@ -83,9 +83,9 @@ def test_formats(bits, group):
     out, inp = 4096, 4096
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((3, inp)).astype(np.float32)
-    ref, bound = _ref(x, P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
     p = Q.plan(out, inp, bits, group)
+    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
     full = _run(cuda, dev, x, p, bits, group)
     _check(full, ref, bound)
     one = _run(cuda, dev, x[2:3], p, bits, group)
@@ -102,9 +102,9 @@ def test_through_affine_launch(monkeypatch):
     out, inp, bits, group = 2048, 6144, 4, 64
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((20, inp)).astype(np.float32)
-    ref, bound = _ref(x, P, S, B, bits, group)
     p = A.plan_qgemv(out, inp, bits, group)
     assert isinstance(p, Q.V3Plan)
+    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
     y = cuda.to_device(np.full((20, out), np.nan, np.float32))
     ws = cuda.device_array(p.ks * 16 * out, np.float32)
     A.launch_qgemv(*[cuda.to_device(a) for a in (P, S, B)], cuda.to_device(x), y, bits, group, p, ws=ws, rows=20)
@@ -131,7 +131,7 @@ def test_prefetch_form_real_shapes(label, out, inp, monkeypatch):
     assert max(sum(p.smem_bytes(nt, *p.pf_geom(nt)[:2])) for nt in (1, 2)) > 48 * 1024
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((16, inp)).astype(np.float32)
-    ref, bound = _ref(x, P, S, B, bits, group)
+    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
     full = _run(cuda, dev, x, p, bits, group)
     _check(full, ref, bound)
@@ -160,7 +160,7 @@ def test_mid_shapes_now_on_qgemv(label, out, inp):
     assert isinstance(p, Q.V3Plan), p
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((8, inp)).astype(np.float32)
-    ref, bound = _ref(x, P, S, B, bits, group)
+    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
     dev = [cuda.to_device(a) for a in (P, S, B)]
     full = _run(cuda, dev, x, p, bits, group)
     _check(full, ref, bound)
@@ -185,7 +185,7 @@ def test_swept_layout_real_shapes(label, out, inp):
     bits, group = 4, 64
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((16, inp)).astype(np.float32)
-    ref, bound = _ref(x, P, S, B, bits, group)
+    ref, bound = _ref(_xin(x, Q.plan(out, inp, bits, group)), P, S, B, bits, group)
     p = Q.plan(out, inp, bits, group)
     sp = dataclasses.replace(p, sw=True)
     dev = [cuda.to_device(a) for a in (P, S, B)]
