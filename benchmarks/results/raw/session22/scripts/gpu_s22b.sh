@@ -16,6 +16,7 @@ t gemv 330 tests/kernels/test_gpu_gemv.py tests/kernels/test_gpu_glu.py &
 t a 330 tests/kernels/test_gpu_a.py -k qgemv &
 t runtime 330 tests/runtime/test_gpu_runtime.py &
 t parity 330 tests/engine/test_backend_parity_gpu.py &
+t rt2 330 tests/runtime/test_gpu_graphs.py tests/runtime/test_gpu_pdl.py tests/runtime/test_gpu_host.py &
 wait; pack
 timeout 150 python3 benchmarks/bench_gemv3.py --shapes - --custom "4096,4096" --rows 1,8 --swept --xh \
     --out "$R/oproj" >"$R/gemv3_oproj.txt" 2>&1
