@@ -270,6 +270,67 @@ GEMV_VSHAPES = [  # (model, label, out, in): the variant table's shapes (4-bit g
 ]
 
 
+def decode_shapes(model):
+    """(label, out, in, glu) of one decode step's GEMVs at the ``tensorfold.model.synth`` geometry of ``model``
+    (2B / 9B / 27B): the fused linears the runtime launches (``Arena``: GDN in_proj qkv | z | b | a, attention
+    q (with its gate) | k | v, gate | up with the SwiGLU epilogue), the output projections, down and the head."""
+    from tensorfold.model import synth
+
+    g = synth.GEOMETRIES[model.lower()]
+    H, I = g["hidden_size"], g["intermediate_size"]
+    Hk, Hv, D = g["linear_num_key_heads"], g["linear_num_value_heads"], 128  # GDN key / value head dim
+    nh, nkv, hd = g["num_attention_heads"], g["num_key_value_heads"], g.get("head_dim", 256)
+    return [("gdn in_proj", 2 * Hk * D + 2 * Hv * D + 2 * Hv, H, False), ("gdn out_proj", H, Hv * D, False),
+            ("attn qkv", 2 * nh * hd + 2 * nkv * hd, H, False), ("attn o_proj", H, nh * hd, False),
+            ("mlp gate|up (SwiGLU)", 2 * I, H, True), ("mlp down", H, I, False), ("head", 248320, H, False)]
+
+
+@register("decode")
+def _decode_cases(ctx):
+    """The decode GEMVs as the runtime runs them (session 22 defaults): ``affine.plan_qgemv``'s plan per shape;
+    a qgemv plan with u 2 / 4 reads the swept layout (``qgemv.sweep_pack``, gate | up rows paired for the SwiGLU
+    epilogue), bf16-only x by default (``TENSORFOLD_GEMV3_XH``); 1 and 8 rows, 4-bit g64, beside torch's bf16
+    matmul at the same shape (4x the weight bytes). One set of rotated copies a shape."""
+    import dataclasses
+
+    from bench_gemv3 import swept_copies
+    from tensorfold.kernels import affine as A
+    from tensorfold.kernels import gemm as G
+    from tensorfold.kernels import qgemv as Q
+
+    cuda = ctx["cuda"]
+    cases = []
+    bits, group = 4, 64
+    for model in ("2B", "9B", "27B"):
+        for label, out, inp, glu in decode_shapes(model):
+            p = A.plan_qgemv(out, inp, bits, group)
+            glu = glu and A.glu_ok(p, out)
+            wbytes, mats = affine_copies(ctx, out, inp, bits, group)
+            sw = (isinstance(p, Q.V3Plan) and p.u in (2, 4) and not p.pf and G.swept_ok(inp, bits, group))
+            if sw:
+                smats = swept_copies(ctx, mats, bits, group, {(p.u, glu, p.per)})[(p.u, glu, p.per)]
+                p = dataclasses.replace(p, sw=2 if glu else 1)
+            yo = out // 2 if glu else out
+            kind = (f"qgemv{' swept' if sw else ''}{' bf16-x' if getattr(p, 'xh', 0) else ''} ks {p.ks}"
+                    if isinstance(p, Q.V3Plan) else f"tc {p.variant} ks {p.ks}")
+            for R in (1, 8):
+                x, _x = ctx["rand_f32"]((R, inp))
+                y = cuda.device_array((R, yo), dtype="float32")
+                ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
+
+                def mk(m, x=x, keep=_x, y=y, ws=ws, R=R, p=p, sw=sw, glu=glu):
+                    if sw:
+                        return lambda s: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s, glu=glu)
+                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
+                                                    glu=glu)
+
+                cases.append(Case(name=f"{label} [{kind}]", model=model, shape=f"R={R} {out}x{inp}",
+                                  nbytes=wbytes + R * (inp + yo) * 4, flops=2 * R * out * inp,
+                                  launches=[mk(m) for m in (smats if sw else mats)],
+                                  peer=torch_matmul_peer(ctx, R, out, inp)))
+    return cases
+
+
 @register("affine")
 def _affine_cases(ctx):
     """Decode GEMV variants: every tensor-core plan variant (``affine.TC_VARIANTS``) at 1 and 8 rows and the
@@ -481,6 +542,9 @@ def main(argv=None):
     commit = os.environ.get("TF_COMMIT", commit)
     bw = copy_bandwidth(ctx)
     print(f"GPU {gpu}  copy bandwidth {bw:.0f} GB/s (1 GiB d2d, read+write)", flush=True)
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    cmd = "NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py " + " ".join(argv or sys.argv[1:])
+    meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd}
     rows = []
     for gname, fn in REGISTRY:
         if not _selected(args.only, gname):
@@ -517,6 +581,7 @@ def main(argv=None):
                 ctx["cp"].get_default_memory_pool().free_all_blocks()
             except Exception:  # noqa: BLE001
                 pass
+        _write(args.out, meta, rows)  # after every group, so a run cut short keeps what it measured
     # part B's self-timed entries: ENTRIES = [(name, fn(model) -> list[dict(name, model, shape, us, bytes, gbs,
     # pct_copy, tflops, ...)])]; % of copy is recomputed against this run's copy rate
     for ename, fn in (getattr(kb, "ENTRIES", None) or []) if kb is not None else []:
@@ -546,26 +611,33 @@ def main(argv=None):
                     r["error"] = str(d.get("error", "no time"))
                 rows.append(r)
                 print(_fmt_row(r), flush=True)
+        _write(args.out, meta, rows)
     vtable = _gemv_variant_table(rows)
     if vtable:
         print("\n".join(vtable), flush=True)
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-    cmd = "NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py " + " ".join(argv or sys.argv[1:])
-    meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"kernels_{date}.json"), "w") as f:
+    print(f"wrote {_write(args.out, meta, rows)}")
+
+
+def _write(out_dir, meta, rows):
+    """kernels_<date>.md and .json into ``out_dir`` (rows so far; rewritten as the run goes) -> the .md path"""
+    vtable = _gemv_variant_table(rows)
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, f"kernels_{meta['date']}")
+    with open(base + ".json", "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(os.path.join(args.out, f"kernels_{date}.md"), "w") as f:
-        f.write(f"# Kernel benchmarks {date}\n\nGPU: {gpu}; commit {commit}; copy ceiling {bw:.0f} GB/s "
-                f"(1 GiB device-to-device, read + write).\nCommand: `{cmd}`\n\n")
+    with open(base + ".md", "w") as f:
+        f.write(f"# Kernel benchmarks {meta['date']}\n\nGPU: {meta['gpu']}; commit {meta['commit']}; copy ceiling "
+                f"{meta['copy_gbs']:.0f} GB/s (1 GiB device-to-device, read + write).\n"
+                f"Command: `{meta['command']}`\n\n")
         f.write("Times per kernel launch (graph replay unless noted), weights rotated over >= 256 MB of copies.\n\n")
         f.write("| group | kernel | model | shape | us | GB/s | % copy | TFLOP/s | peer us | notes |\n")
         f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             f.write("| " + " | ".join(_cells(r)) + " |\n")
         if vtable:
-            f.write("\n## Decode GEMV variants (us per launch, R=1 / R=8; % of copy at R=1)\n\n" + "\n".join(vtable) + "\n")
-    print(f"wrote {args.out}/kernels_{date}.md")
+            f.write("\n## Decode GEMV variants (us per launch, R=1 / R=8; % of copy at R=1)\n\n" + "\n".join(vtable)
+                    + "\n")
+    return base + ".md"
 
 
 def _gemv_variant_table(rows):

@@ -174,6 +174,40 @@ def bench_gdn(model):
         sec, how = graph_time(run)
         nbytes = B * (Hv * D * D * 4 * 2 + C * 4 + Hv * 8 + Hv * D * 4)
         out.append(_res("gdn_recurrent step (in place)", model, f"B={B}", sec, nbytes, how=how))
+    # the runtime's decode step (session 22): conv + SiLU, gates, l2 norms, the delta rule and the gated RMSNorm in
+    # one launch (``launch_fused``, committed in place), each launch of the graph on its own copy of the state
+    # (>= 256 MB of copies, so the state comes from DRAM as in a decode step, not from L2)
+    cw = _f32(rng, (C, dr.CONVK), 0.5)
+    nw = _f32(rng, D, 0.1, 1.0)
+    for B in (1, 8):
+        qkv, a, b = _f32(rng, (B, C)), _f32(rng, (B, Hv), 1, -1), _f32(rng, (B, Hv))
+        z = _f32(rng, (B, Hv * D))
+        tail = _f32(rng, (B, dr.CONVK - 1, C))
+        sbytes = B * Hv * D * D * 4
+        ncp = max(2, min(64, -(-(256 << 20) // sbytes)))
+        states = [_f32(rng, (B, Hv, D, D), 0.05) for _ in range(ncp)]
+        o = cuda.device_array((B, Hv, D), np.float32)
+        gn = cuda.device_array((B, Hv * D), np.float32)
+        xlog = cuda.device_array((0, C), np.float32)
+        e3 = cuda.device_array((0, Hk, D), np.float32)
+        e3v = cuda.device_array((0, Hv, D), np.float32)
+        e2 = cuda.device_array((0, Hv), np.float32)
+        cnt = dr.fused_counters(B, Hv)
+        segs = [_i32(np.arange(B)), _i32(np.ones(B)), _i32(np.arange(B)), _i32(np.ones(B))]
+        par = _i32(-np.ones(B))
+        turn = [0]
+
+        def runf(s, qkv=qkv, a=a, b=b, z=z, tail=tail, states=states, o=o, gn=gn, xlog=xlog, segs=segs, par=par,
+                 e3=e3, e3v=e3v, e2=e2, cnt=cnt, turn=turn):
+            st = states[turn[0] % len(states)]
+            turn[0] += 1
+            dr.launch_fused(qkv, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, st, *segs, par, o, gn, cnt, e3, e3v,
+                            e2, 1e-6, stream=s)
+
+        sec, how = graph_time(runf, reps=ncp)
+        nbytes = B * (Hv * D * D * 4 * 2 + C * 4 * 4 + Hv * 8 + Hv * D * 4 * 2)
+        out.append(_res(f"gdn_fused_step (conv + delta + gated norm; {ncp} state copies)", model, f"B={B}", sec,
+                        nbytes, how=how))
     # verify window of 4 rows, 1 stream, logged, not committed
     R = 4
     qkv, a, b = _f32(rng, (R, C)), _f32(rng, (R, Hv), 1, -1), _f32(rng, (R, Hv))

@@ -1405,8 +1405,9 @@ def _specs():
             f = get_tc_pyfunc(4, 64, nt, tpb // 32, p.mt, p.u, "bf16", True, p.depth)
             specs.append((f, _Q))
             hot.add(f.__name__)
-    # the SwiGLU epilogue at the 2B gate | up plan (12288 x 2048), both n-tiles
-    p = plan_qgemv(12288, 2048, 4, 64)
+    # the SwiGLU epilogue at the 2B gate | up plan (12288 x 2048), both n-tiles (the first kernel's plan by name:
+    # plan_qgemv gives a qgemv plan there under TENSORFOLD_GEMV_V3=1, which broke this module's import)
+    p = plan_tc(12288, 2048, 4, 64)
     for nt in (1, 2):
         f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True)
         specs.append((f, _Q))
