@@ -458,6 +458,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if pf:
         a("    xb = cuda.shared.array(0, _U64)")  # dynamic: x fragments, then the warps' prefetched tiles
         a("    wr = xb")
+    elif not stages and xb_dynamic(group, cg, nt, RPN):
+        a("    xb = cuda.shared.array(0, _U64)")  # dynamic: chunks past the static budget (``xb_dynamic``)
     else:
         a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
     a(f"    xs = cuda.shared.array({cg * nt * RPN}, np.float32)")
@@ -902,6 +904,19 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
 _KCACHE: dict = {}
 
+def xb_dynamic(group: int, cg: int, nt: int, rpn: int) -> bool:
+    """Whether a register-ring kernel keeps its x fragments in dynamic shared memory: when its x fragments and
+    their partial products (``cg * nt * (group / 16) * (256 + 16 * rpn)`` bytes; ``rpn`` batch rows an n-tile, 8
+    with ``xh = 1``, else 4) pass ``_XB_BYTES``. Every plan ``plan`` makes stays within it (its budget counts two
+    n-tiles of 4 rows); an explicit ``cg`` past it (``TENSORFOLD_GEMV3_CG``, benchmarks) would otherwise overflow the
+    48 KB of static shared memory. The same arithmetic either way."""
+    return cg * nt * (group // 16) * (256 + 16 * rpn) > _XB_BYTES
+
+
+def xb_bytes(group: int, cg: int, nt: int) -> int:
+    """Bytes of a block's x fragments (the ``xb`` array): 8 a lane, 32 lanes, ``group / 16`` k-steps a group."""
+    return cg * (group // 16) * nt * 32 * 8
+
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
                noc=False, sw=False, xh=0):
@@ -1108,6 +1123,29 @@ def _tuning():
     return d
 
 
+def _cg_override(out: int, inp: int, ng: int, u: int, blocks: int):
+    """``TENSORFOLD_GEMV3_CG`` (measurements; unset by default): ``"OUTxIN=CG[/BLOCKS],..."`` gives the plans of
+    those weight shapes ``CG`` groups a K chunk (and ``BLOCKS`` blocks), past the default shared-memory budget if
+    asked (``xb_dynamic``). -> (cg or None, blocks). Still a function of the shape only, so the exactness rule holds
+    within one setting."""
+    v = os.environ.get("TENSORFOLD_GEMV3_CG", "").strip()
+    for item in (t.strip() for t in v.split(",") if t.strip()):
+        try:
+            shape, val = item.split("=")
+            o, i = (int(t) for t in shape.lower().split("x"))
+            c, _, b = val.partition("/")
+            c, b = int(c), int(b) if b else blocks
+        except ValueError:
+            raise ValueError(f"TENSORFOLD_GEMV3_CG: {item!r} is not OUTxIN=CG or OUTxIN=CG/BLOCKS") from None
+        if (o, i) != (out, inp):
+            continue
+        if c <= 0 or ng % c or c % u or b <= 0:
+            raise ValueError(f"TENSORFOLD_GEMV3_CG: {item!r}: CG must divide the {ng} groups of a row and be a "
+                             f"multiple of {u} (groups an iteration); BLOCKS must be positive")
+        return c, b
+    return None, blocks
+
+
 def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, depth=None, blocks=None,
          cg=None, stages=None, pb=None, occ1=None) -> V3Plan:
     """Chunks: the largest divisor of the group count whose x fragments for 8 rows fit the shared-memory budget
@@ -1129,6 +1167,8 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
     cands = [c for c in range(ng, 0, -1) if ng % c == 0 and c % u == 0 and c * per <= _XB_BYTES]
     if not cands:
         cands = [u]
+    if cg is None:
+        cg, blocks = _cg_override(out, inp, ng, u, blocks)
     if cg is None:
         cg = cands[-1]
         for c in cands:
@@ -1412,8 +1452,16 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
                 cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
             cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
             continue
+        xm = xmode(n, p.xh)
         k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       glu=glu, sw=bool(p.sw), xh=xmode(n, p.xh))
+                       glu=glu, sw=bool(p.sw), xh=xm)
+        if not p.stages_for(nt) and xb_dynamic(p.group, p.cg, nt, 8 if xm == 1 else 4):
+            dyn = xb_bytes(p.group, p.cg, nt)
+            cfg = k[(p.grid_x(nt), p.ks), p.tpb, stream, dyn]
+            if not IS_SIM:
+                cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
+            cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
+            continue
         k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 
@@ -1479,6 +1527,8 @@ def _specs():
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
             specs.append((f, _SIG))
             hot.add(f.__name__)
+    # a K chunk past the static budget (x fragments in dynamic shared memory; TENSORFOLD_GEMV3_CG), 8-row bf16 x
+    specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up

@@ -420,3 +420,43 @@ def test_bf16_x_swept_and_glu_same_bits(ks):
         want = gt / (1.0 + np.exp(-gt)) * up
         assert (np.abs(g0 - want) <= 1e-5 * np.abs(want) + 1e-30).all(), f"glu vs GEMV + silu * up, R={R}"
     assert not Q.counters().any()
+
+
+def test_chunk_past_static_budget_dynamic_x_tile():
+    """A K chunk past the default shared-memory budget (``cg`` 32 groups of 64, one chunk: what
+    ``TENSORFOLD_GEMV3_CG`` can ask for) keeps its x fragments in dynamic shared memory (``xb_dynamic``: the 8-row
+    bf16-x form and the two-n-tile hi + lo form; the 1-4-row form still fits the static array). Oracle: float64 on
+    the kernel's x (bf16-rounded for ``xh``, as given for hi + lo) within ``_ref``'s bound; rows of 1-, 3- and 8-row
+    launches equal the same rows of the 11-row launch bit for bit, across the static and dynamic forms."""
+    bits, group, out, K, rows = 4, 64, 40, 2048, 11
+    assert Q.xb_dynamic(group, 32, 1, 8) and Q.xb_dynamic(group, 32, 2, 4) and not Q.xb_dynamic(group, 32, 1, 4)
+    P, S, B = _case(bits, group, out, K)
+    x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
+    for xh in (1, 0):
+        p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=32, u=4, depth=1, blocks=2, xh=xh)
+        assert p.ks == 1
+        full = _go(P, S, B, x, p)
+        xin = bf16.to_f32(bf16.from_f32(x)) if xh else x
+        ref, bound = _ref(xin, P, S, B, bits, group)
+        _check(full, ref, bound)
+        for r0, R in ((0, 1), (4, 3), (3, 8)):
+            y = _go(P, S, B, x[r0:r0 + R], p)
+            assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"xh {xh} rows {r0}+{R}"
+    assert not Q.counters().any()
+
+
+def test_cg_override_env(monkeypatch):
+    """``TENSORFOLD_GEMV3_CG`` sets the named shape's chunk (and blocks) and nothing else; a chunk that does not
+    divide the groups, or a malformed entry, is refused with a message naming the entry."""
+    monkeypatch.setenv("TENSORFOLD_GEMV3_CG", "4096x4096=32/264, 5120x6144=48")
+    p = Q.plan(4096, 4096, 4, 64)
+    assert (p.cg, p.ks, p.blocks) == (32, 2, 264)
+    assert Q.plan(5120, 6144, 4, 64).cg == 48
+    monkeypatch.delenv("TENSORFOLD_GEMV3_CG")
+    assert Q.plan(4096, 4096, 4, 64).cg == 8 and Q.plan(24576, 4096, 4, 64).cg == 16
+    monkeypatch.setenv("TENSORFOLD_GEMV3_CG", "4096x4096=12")
+    with pytest.raises(ValueError, match="4096x4096=12"):
+        Q.plan(4096, 4096, 4, 64)
+    monkeypatch.setenv("TENSORFOLD_GEMV3_CG", "4096-4096=16")
+    with pytest.raises(ValueError, match="OUTxIN=CG"):
+        Q.plan(4096, 4096, 4, 64)
