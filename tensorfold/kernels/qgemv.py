@@ -775,21 +775,18 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                         i0, i1 = dec
                         a(f"{J}d0, d1, d2, d3 = mma_bf16(pa{j}_{i0}, pb{j}_{i0}, pa{j}_{i1}, pb{j}_{i1}, "
                           f"bf{s_}_{n}_0, bf{s_}_{n}_1, d0, d1, d2, d3)")
-                    if xh == 2:  # hi columns only (the lo columns are zero): xh = 1's products and sums
-                        a(f"{J}acc{m}_{n}_a += sa * d0")
-                        a(f"{J}acc{m}_{n}_a += ba * sx{n}")
-                        a(f"{J}acc{m}_{n}_b += sb * d2")
-                        a(f"{J}acc{m}_{n}_b += bb * sx{n}")
-                        continue
                     if X8:  # d0 / d1: rows g, columns 2t / 2t + 1; d2 / d3: rows g + 8
                         for h, hh, c, dv in (("a0", "a", 0, "d0"), ("a1", "a", 1, "d1"), ("b0", "b", 0, "d2"),
                                              ("b1", "b", 1, "d3")):
                             a(f"{J}acc{m}_{n}_{h} += s{hh} * {dv}")
                             a(f"{J}acc{m}_{n}_{h} += b{hh} * sx{n}_{c}")
                         continue
-                    a(f"{J}acc{m}_{n}_a += sa * (d0 + d1)")
+                    # hi + lo columns summed; with xh = 2 the lo columns are zero and only the hi sums are taken
+                    # (xh = 1's products and sums)
+                    da, db = ("d0", "d2") if xh == 2 else ("(d0 + d1)", "(d2 + d3)")
+                    a(f"{J}acc{m}_{n}_a += sa * {da}")
                     a(f"{J}acc{m}_{n}_a += ba * sx{n}")
-                    a(f"{J}acc{m}_{n}_b += sb * (d2 + d3)")
+                    a(f"{J}acc{m}_{n}_b += sb * {db}")
                     a(f"{J}acc{m}_{n}_b += bb * sx{n}")
         for d in range(0 if (stages or pf) else depth):
             for nm in ring_names():
@@ -903,6 +900,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
 
 _KCACHE: dict = {}
+
 
 def xb_dynamic(group: int, cg: int, nt: int, rpn: int) -> bool:
     """Whether a register-ring kernel keeps its x fragments in dynamic shared memory: when its x fragments and
@@ -1521,7 +1519,7 @@ def _specs():
     for nt in (1, 2):
         specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
-    # bf16-only x (the default, TENSORFOLD_GEMV3_XH): one n-tile, 8 rows (xh 1) and 1-4 rows (xh 2), swept plain / SwiGLU
+    # bf16-only x (the default, TENSORFOLD_GEMV3_XH): one n-tile, 8 rows (xh 1), 1-4 rows (xh 2), plain / SwiGLU
     for glu in (False, True):
         for xm in (1, 2):
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
