@@ -83,6 +83,19 @@ def _region_kernel():
     return read_regions
 
 
+def gemv_launcher(m, x, y, bits, group, p, R, ws, glu, keep=None):
+    """``stream -> launch`` of one decode GEMV on weight copy ``m`` (W, S, B, ...): a swept plan goes to qgemv
+    directly (``affine`` takes MLX arrays only), any other through ``affine.launch_qgemv``. ``keep``: buffers the
+    launch must keep alive (the cupy arrays behind ``x``)."""
+    from tensorfold.kernels import affine as A
+    from tensorfold.kernels import qgemv as Q
+
+    if getattr(p, "sw", 0):
+        return lambda s, keep=keep: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s, glu=glu)
+    return lambda s, keep=keep: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
+                                               glu=glu)
+
+
 def swept_copies(ctx, mats, bits, group, keys):
     """{(u, glu, per): [(Wswept, S, B, keep)]}: the weight copies in ``qgemv.sweep_pack``'s layout (gate / up rows
     paired where ``glu``, runs of ``per`` iterations), one device repack a copy, so rotating still defeats L2"""
@@ -209,10 +222,7 @@ def main(argv=None):
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
 
                 def mk(m, p=p, ws=ws, x=x, y=(yg if glu else y), R=R, keep=_x, glu=glu):
-                    if getattr(p, "sw", 0):  # the swept layout: qgemv directly (affine knows only MLX arrays)
-                        return lambda s: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s, glu=glu)
-                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
-                                                    glu=glu)
+                    return gemv_launcher(m, x, y, bits, group, p, R, ws, glu, keep)
 
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
                                launches=[mk(m) for m in mats_])

@@ -293,10 +293,10 @@ def _decode_cases(ctx):
     matmul at the same shape (4x the weight bytes). One set of rotated copies a shape."""
     import dataclasses
 
-    from bench_gemv3 import swept_copies
+    from bench_gemv3 import gemv_launcher, swept_copies
     from tensorfold.kernels import affine as A
-    from tensorfold.kernels import gemm as G
     from tensorfold.kernels import qgemv as Q
+    from tensorfold.runtime.forward import sweepable
 
     cuda = ctx["cuda"]
     cases = []
@@ -306,7 +306,7 @@ def _decode_cases(ctx):
             p = A.plan_qgemv(out, inp, bits, group)
             glu = glu and A.glu_ok(p, out)
             wbytes, mats = affine_copies(ctx, out, inp, bits, group)
-            sw = (isinstance(p, Q.V3Plan) and p.u in (2, 4) and not p.pf and G.swept_ok(inp, bits, group))
+            sw = sweepable(p, inp, bits, group)
             if sw:
                 smats = swept_copies(ctx, mats, bits, group, {(p.u, glu, p.per)})[(p.u, glu, p.per)]
                 p = dataclasses.replace(p, sw=2 if glu else 1)
@@ -317,16 +317,10 @@ def _decode_cases(ctx):
                 x, _x = ctx["rand_f32"]((R, inp))
                 y = cuda.device_array((R, yo), dtype="float32")
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
-
-                def mk(m, x=x, keep=_x, y=y, ws=ws, R=R, p=p, sw=sw, glu=glu):
-                    if sw:
-                        return lambda s: Q.launch(m[0], m[1], m[2], x, y, p, R, ws=ws, stream=s, glu=glu)
-                    return lambda s: A.launch_qgemv(m[0], m[1], m[2], x, y, bits, group, p, ws=ws, stream=s, rows=R,
-                                                    glu=glu)
-
                 cases.append(Case(name=f"{label} [{kind}]", model=model, shape=f"R={R} {out}x{inp}",
                                   nbytes=wbytes + R * (inp + yo) * 4, flops=2 * R * out * inp,
-                                  launches=[mk(m) for m in (smats if sw else mats)],
+                                  launches=[gemv_launcher(m, x, y, bits, group, p, R, ws, glu, _x) for m in
+                                            (smats if sw else mats)],
                                   peer=torch_matmul_peer(ctx, R, out, inp)))
     return cases
 

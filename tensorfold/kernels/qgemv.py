@@ -458,7 +458,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if pf:
         a("    xb = cuda.shared.array(0, _U64)")  # dynamic: x fragments, then the warps' prefetched tiles
         a("    wr = xb")
-    elif not stages and xb_dynamic(group, cg, nt, RPN):
+    elif xb_dynamic(group, cg, nt, xh, stages):
         a("    xb = cuda.shared.array(0, _U64)")  # dynamic: chunks past the static budget (``xb_dynamic``)
     else:
         a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
@@ -902,13 +902,13 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 _KCACHE: dict = {}
 
 
-def xb_dynamic(group: int, cg: int, nt: int, rpn: int) -> bool:
-    """Whether a register-ring kernel keeps its x fragments in dynamic shared memory: when its x fragments and
-    their partial products (``cg * nt * (group / 16) * (256 + 16 * rpn)`` bytes; ``rpn`` batch rows an n-tile, 8
-    with ``xh = 1``, else 4) pass ``_XB_BYTES``. Every plan ``plan`` makes stays within it (its budget counts two
-    n-tiles of 4 rows); an explicit ``cg`` past it (``TENSORFOLD_GEMV3_CG``, benchmarks) would otherwise overflow the
-    48 KB of static shared memory. The same arithmetic either way."""
-    return cg * nt * (group // 16) * (256 + 16 * rpn) > _XB_BYTES
+def xb_dynamic(group: int, cg: int, nt: int, xh: int = 0, stages: int = 0) -> bool:
+    """Whether a register-ring kernel (``stages`` 0) keeps its x fragments in dynamic shared memory: when its x
+    fragments and their partial products (``cg * nt * (group / 16) * (256 + 16 * rows)`` bytes, ``rows`` batch rows
+    an n-tile: 8 for ``xh = 1``, else 4) pass ``_XB_BYTES``. Every plan ``plan`` makes stays within it (its budget
+    counts two n-tiles of 4 rows); an explicit ``cg`` past it (``TENSORFOLD_GEMV3_CG``, benchmarks) would otherwise
+    overflow the 48 KB of static shared memory. The same arithmetic either way."""
+    return not stages and cg * nt * (group // 16) * (256 + 16 * (8 if xh == 1 else 4)) > _XB_BYTES
 
 
 def xb_bytes(group: int, cg: int, nt: int) -> int:
@@ -1445,22 +1445,16 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         if p.pf:
             nw, pf, gx, tpb, dyn = p.pf_launch(nt)
             k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp, glu=glu)
-            cfg = k[(gx, p.ks), tpb, stream, dyn]
-            if not IS_SIM:
-                cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
-            cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
-            continue
-        xm = xmode(n, p.xh)
-        k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(nt), p.pb, p.maxreg_for(nt),
-                       glu=glu, sw=bool(p.sw), xh=xm)
-        if not p.stages_for(nt) and xb_dynamic(p.group, p.cg, nt, 8 if xm == 1 else 4):
-            dyn = xb_bytes(p.group, p.cg, nt)
-            cfg = k[(p.grid_x(nt), p.ks), p.tpb, stream, dyn]
-            if not IS_SIM:
-                cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
-            cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
-            continue
-        k[(p.grid_x(nt), p.ks), p.tpb, stream](W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
+        else:
+            xm, st = xmode(n, p.xh), p.stages_for(nt)
+            k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
+                           sw=bool(p.sw), xh=xm)
+            gx, tpb = p.grid_x(nt), p.tpb
+            dyn = xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0
+        cfg = k[(gx, p.ks), tpb, stream, dyn]
+        if dyn and not IS_SIM:
+            cfg.pre_launch_callbacks.append(_allow_dyn(dyn))  # above 48 KB a launch fails without it
+        cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n))
     return y
 
 

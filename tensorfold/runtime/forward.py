@@ -49,8 +49,8 @@ try:  # decode launches small grids on purpose (one row, a few blocks): numba's 
 except Exception:  # noqa: BLE001 -- another numba-cuda layout: the warnings stay
     pass
 
-__all__ = ["Batch", "Meta", "SampleMeta", "Buffers", "Runner", "step_batch", "window_batch", "tree_batch", "prompt_batch",
-           "MAX_WINDOW"]
+__all__ = ["Batch", "Meta", "SampleMeta", "Buffers", "Runner", "sweepable", "step_batch", "window_batch", "tree_batch",
+           "prompt_batch", "MAX_WINDOW"]
 
 _SIM_BLOCKS = {"blocks": 1, "threads": 4} if IS_SIM else {}  # simulator: one small grid-stride block
 _SIM_B1 = {"blocks": 1} if IS_SIM else {}
@@ -560,6 +560,13 @@ def swept_mode() -> str:
     return v
 
 
+def sweepable(p, inp: int, bits: int, group: int) -> bool:
+    """Whether an affine weight with decode plan ``p`` is rewritten into ``qgemv.sweep_pack``'s layout
+    (``Runner._sweep_weights``; benchmarks mirror the runtime with it): a qgemv plan that reads it (``u`` 2 / 4,
+    not the prefetch form) and a prompt GEMM that can (``gemm.swept_ok``)."""
+    return isinstance(p, qgemv.V3Plan) and p.u in (2, 4) and not p.pf and gemm.swept_ok(inp, bits, group)
+
+
 class Runner:
     """The model on the device: weights (``Arena``), caches (``Caches``), buffers, and the launch sequence."""
 
@@ -617,8 +624,8 @@ class Runner:
             if ent.get("sw"):
                 nbytes += ent["W"].nbytes
                 continue
-            if (decided or mode == "0" or ent["kind"] != "affine" or not isinstance(p, qgemv.V3Plan)
-                    or p.u not in (2, 4) or p.pf or not gemm.swept_ok(ent["in"], ent["bits"], ent["group"])):
+            if decided or mode == "0" or ent["kind"] != "affine" or not sweepable(p, ent["in"], ent["bits"],
+                                                                                  ent["group"]):
                 continue
             gate_up = name.endswith("mlp.gate_up")
             if mode == "gate_up" and not gate_up:

@@ -185,8 +185,8 @@ def test_swept_layout_real_shapes(label, out, inp):
     bits, group = 4, 64
     P, S, B = _rand_q(out, inp, bits, group)
     x = rng.standard_normal((16, inp)).astype(np.float32)
-    ref, bound = _ref(_xin(x, Q.plan(out, inp, bits, group)), P, S, B, bits, group)
     p = Q.plan(out, inp, bits, group)
+    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
     sp = dataclasses.replace(p, sw=True)
     dev = [cuda.to_device(a) for a in (P, S, B)]
     sdev = [cuda.to_device(Q.sweep_pack(P, S, B, bits, group, p.u, per=p.per)), dev[1], dev[2]]

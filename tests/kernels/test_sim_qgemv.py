@@ -429,7 +429,7 @@ def test_chunk_past_static_budget_dynamic_x_tile():
     the kernel's x (bf16-rounded for ``xh``, as given for hi + lo) within ``_ref``'s bound; rows of 1-, 3- and 8-row
     launches equal the same rows of the 11-row launch bit for bit, across the static and dynamic forms."""
     bits, group, out, K, rows = 4, 64, 40, 2048, 11
-    assert Q.xb_dynamic(group, 32, 1, 8) and Q.xb_dynamic(group, 32, 2, 4) and not Q.xb_dynamic(group, 32, 1, 4)
+    assert Q.xb_dynamic(group, 32, 1, xh=1) and Q.xb_dynamic(group, 32, 2) and not Q.xb_dynamic(group, 32, 1, xh=2)
     P, S, B = _case(bits, group, out, K)
     x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
     for xh in (1, 0):
