@@ -18,19 +18,19 @@ t() {  # t NAME TIMEOUT pytest-args...: one pytest process with its own kernel c
         --tb=short "$@" >"$R/$n.txt" 2>&1
     echo "== $n rc $?"; grep -h "passed\|failed\|rror" "$R/$n.txt" | tail -4
 }
-t prompt 215 tests/kernels/test_gpu_prompt.py &
-t chunk 215 tests/kernels/test_gpu_b.py -k chunked &
-t prefill 215 tests/runtime/test_gpu_prefill.py &
-t runtime 215 tests/runtime/test_gpu_runtime.py -k "prompt_vs_step or vs_reference" &
-t qgemv 215 tests/kernels/test_gpu_qgemv.py &
-t glu 215 tests/kernels/test_gpu_glu.py &
+t prompt 200 tests/kernels/test_gpu_prompt.py &
+t chunk 200 tests/kernels/test_gpu_b.py -k chunked &
+t prefill 200 tests/runtime/test_gpu_prefill.py &
+t runtime 200 tests/runtime/test_gpu_runtime.py -k "prompt_vs_step or vs_reference" &
+t qgemv 200 tests/kernels/test_gpu_qgemv.py &
+t glu 200 tests/kernels/test_gpu_glu.py &
 wait; pack
 echo "== tests done at $((SECONDS - t0)) s"
-timeout 120 python3 benchmarks/bench_kernels_b.py --models 2B,9B,27B --only chunked,fla --out "$R/kernels_b.md" \
+timeout 110 python3 benchmarks/bench_kernels_b.py --models 2B,9B,27B --only chunked,fla --out "$R/kernels_b.md" \
     >"$R/kernels_b.txt" 2>&1
 echo "== bench rc $? at $((SECONDS - t0)) s"; grep -h "chunk" "$R/kernels_b.md"; pack
 for v in 0 1; do
-    left=$((430 - (SECONDS - t0)))
+    left=$((405 - (SECONDS - t0)))
     [ "$left" -lt 40 ] && { echo "== prompt osplit=$v skipped ($left s left)"; continue; }
     TENSORFOLD_CHUNK_OSPLIT=$v timeout "$left" python3 benchmarks/bench_decode.py --geometry 2b --root /tmp/tfm \
         --streams 1 --steps 5 --prompts 4096 --out "$R/prompt_os$v.md" >"$R/prompt_os$v.txt" 2>&1
