@@ -285,16 +285,12 @@ def bench_chunked(model, L=8192):
     work = dr.chunk_workspace(L, Hk, Hv, D, D)
     segs = [_i32([0]), _i32([L]), _i32([0])]
 
-    out = []
-    for os_ in (False, True):  # the unsplit inter pass, then the O-split form (inter + gdn_chunk_out)
-        def run(s, os_=os_):
-            dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s,
-                              osplit=os_)
+    def run(s):
+        dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s)
 
-        sec, how = graph_time(run, reps=2, iters=3)
-        out.append(_res("gdn chunked prompt (prep+intra+inter" + (" + out, O-split)" if os_ else ")"), model,
-                        f"L={L}", sec, L * (C * 4 + Hv * D * 4) + Hv * D * D * 8, _chunk_flops(L, Hv), how=how))
-    return out
+    sec, how = graph_time(run, reps=2, iters=3)
+    return [_res("gdn chunked prompt (prep+intra+inter)", model, f"L={L}", sec,
+                 L * (C * 4 + Hv * D * 4) + Hv * D * D * 8, _chunk_flops(L, Hv), how=how)]
 
 
 def bench_attention(model):

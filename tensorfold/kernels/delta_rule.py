@@ -46,10 +46,6 @@ Launch geometry
   S slice in shared memory; V' = U − W S, O = (e^c⊙Q̂) S + P V', S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'. Writes
   the final state in place (prompts are committed). Each chunk is 3·Dk/32 + 2 tile stages; the next stage's tile
   is loaded into registers while the current one computes (software pipelining).
-- O-split form (``TENSORFOLD_CHUNK_OSPLIT``, :func:`osplit_on`): the inter pass keeps only V' = U − W S and the
-  state update (2·Dk/32 stages a chunk), storing each chunk's starting state slice in ``Sc`` and V' over U;
-  ``gdn_chunk_out`` (grid (max_chunks, Hv, nseg * ceil(Dv/w))) then forms O for every chunk in parallel. Same
-  bits as the unsplit pass; ``Sc`` costs (R/64 + 16) x Hv x Dk x Dv x 4 bytes (27B, 4,096 rows: 252 MB).
 """
 
 from __future__ import annotations
@@ -842,35 +838,19 @@ def _fetch_stage(buf, s, nk, Wm, qn, P, kn, r0, n, hv, kh, Dk, tid):
         _fetch_tile(buf, kn, r0, n, kh, (s - 2 * nk - 2) * KT, Dk, tid)
 
 
-@cuda.jit(device=True)
-def _fetch_stage_os(buf, s, nk, Wm, kn, r0, n, hv, kh, Dk, tid):
-    """Tile of stage s of a chunk in the O-split inter pass: s < nk: W[:, s*KT:]; else K̂[:, (s-nk)*KT:]."""
-    if s < nk:
-        _fetch_tile(buf, Wm, r0, n, hv, s * KT, Dk, tid)
-    else:
-        _fetch_tile(buf, kn, r0, n, kh, (s - nk) * KT, Dk, tid)
-
-
-def _make_inter(vsi: int, osplit: bool = False):
+def _make_inter(vsi: int):
     """The inter pass with ``vsi`` value columns per block (``NT // vsi`` warps' worth of row groups): same
     arithmetic and summation orders as any other ``vsi`` (outputs and states agree bit for bit), grid
     ``(nseg, Hv, ceil(Dv / vsi))``, block ``(vsi, NT // vsi)``. Narrower slices give more blocks for the one
-    sequential pass (2B at 32 columns: 16 heads x 4 = 64 blocks on 132 SMs).
-
-    ``osplit``: the O products leave the sequential pass. Each chunk stores its starting state slice in
-    ``Sc[cid]`` (``cid = seg_row0 // CH + c + seg``: distinct for segments in increasing row order) and writes V'
-    over U in place (each thread rewrites the U entries it alone read); ``gdn_chunk_out`` then forms
-    O = (e^c⊙Q̂) S + P V' for every chunk at once. Each chunk is 2·Dk/32 stages instead of 3·Dk/32 + 2, and the
-    FMAs of every output and state element run in the same order as without the split (same bits)."""
+    sequential pass (2B at 32 columns: 16 heads x 4 = 64 blocks on 132 SMs)."""
     VSI = vsi
-    OS = osplit
     NWI = NT // VSI
     RII = CH // NWI
     KQI = KT // NWI
     KRI = MAXDK // NWI
     KTP = KT + 1 if VSI < 32 else KT  # padded tile rows: lanes of one warp read two or more tile rows
 
-    def kern(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o, Sc):
+    def kern(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
         pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
         seg = cuda.blockIdx.x
         hv = cuda.blockIdx.y
@@ -903,10 +883,6 @@ def _make_inter(vsi: int, osplit: bool = False):
         cl = min(col, Dv - 1)
         nk = (Dk + KT - 1) // KT
         nst = 3 * nk + 2
-        su0 = 2 * nk + 2  # the first state-update stage
-        if OS:
-            nst = 2 * nk
-            su0 = nk
         if colok:
             for t in range(KRI):
                 sbuf[t] = state[slot, hv, min(ty + NWI * t, Dk - 1), col]
@@ -915,20 +891,13 @@ def _make_inter(vsi: int, osplit: bool = False):
                 if i < Dk:
                     S[i, tx] = sbuf[t]
         nch = (n_all + CH - 1) // CH
-        if OS:
-            _fetch_stage_os(buf, 0, nk, Wm, kn, row00, min(CH, n_all), hv, kh, Dk, tid)
-        else:
-            _fetch_stage(buf, 0, nk, Wm, qn, P, kn, row00, min(CH, n_all), hv, kh, Dk, tid)
+        _fetch_stage(buf, 0, nk, Wm, qn, P, kn, row00, min(CH, n_all), hv, kh, Dk, tid)
         for c in range(nch):
             r0 = row00 + c * CH
             n = min(CH, n_all - c * CH)
             cn = cum[r0 + n - 1, hv]
             for ii in range(RII):
                 uu[ii] = U[r0 + min(ty + NWI * ii, n - 1), hv, cl]
-            if OS and colok:  # the chunk's starting state: rows this thread alone wrote (or loaded)
-                cid = row00 // CH + c + seg
-                for i in range(ty, Dk, NWI):
-                    Sc[cid, hv, i, col] = S[i, tx]
             cuda.syncthreads()
             for i in range(tid, n, NT):
                 ci = cum[r0 + i, hv]
@@ -949,11 +918,8 @@ def _make_inter(vsi: int, osplit: bool = False):
                     fr0 = r0 + CH
                     fn = min(CH, n_all - (c + 1) * CH)
                 if fn > 0:
-                    if OS:
-                        _fetch_stage_os(buf, fs, nk, Wm, kn, fr0, fn, hv, kh, Dk, tid)
-                    else:
-                        _fetch_stage(buf, fs, nk, Wm, qn, P, kn, fr0, fn, hv, kh, Dk, tid)
-                if s < nk or (not OS and s < 2 * nk):
+                    _fetch_stage(buf, fs, nk, Wm, qn, P, kn, fr0, fn, hv, kh, Dk, tid)
+                if s < 2 * nk:
                     # V' = U - W S (s < nk), then (e^c q) S
                     k0 = (s if s < nk else s - nk) * KT
                     for kk in range(min(KT, Dk - k0)):
@@ -965,16 +931,13 @@ def _make_inter(vsi: int, osplit: bool = False):
                             for ii in range(RII):
                                 i = ty + NWI * ii
                                 if i < n:
-                                    vpi = uu[ii] - acc[ii]
-                                    Vp[i, tx] = vpi
-                                    if OS:
-                                        U[r0 + i, hv, col] = vpi
+                                    Vp[i, tx] = uu[ii] - acc[ii]
                         for ii in range(RII):
                             acc[ii] = float32(0.0)
                     elif s == 2 * nk - 1:
                         for ii in range(RII):
                             acc[ii] = acc[ii] * ec[min(ty + NWI * ii, n - 1)]
-                elif s < su0:
+                elif s < 2 * nk + 2:
                     # O += P V' (P tile j0; rows past n and j > i are zero)
                     j0 = (s - 2 * nk) * KT
                     for jj in range(min(KT, n - j0)):
@@ -992,7 +955,7 @@ def _make_inter(vsi: int, osplit: bool = False):
                                 o[r0 + i, hv, col] = acc[ii]
                 else:
                     # S <- e^{c_n} S + (e^{c_n - c} K)^T V' on rows k0.. (Tl[j, kk] = k[r0 + j, k0 + kk])
-                    k0 = (s - su0) * KT
+                    k0 = (s - 2 * nk - 2) * KT
                     for q in range(KQI):
                         sacc[q] = float32(0.0)
                     for j in range(n):
@@ -1009,104 +972,14 @@ def _make_inter(vsi: int, osplit: bool = False):
             for i in range(ty, Dk, NWI):
                 state[slot, hv, i, col] = S[i, tx]
 
-    kern.__name__ = kern.__qualname__ = ("gdn_chunk_inter" + ("" if VSI == VS else f"_v{VSI}")
-                                         + ("_os" if OS else ""))
-    return kern
-
-
-def _make_out(vsi: int):
-    """``gdn_chunk_out``: the O products of the O-split chunked form, every (chunk, head, value slice, segment) a
-    block: O = (e^c⊙Q̂) S_c + P V' with S_c the chunk's starting state (``Sc``) and V' the inter pass's (written
-    over U). grid ``(max_chunks, Hv, nseg * ceil(Dv / vsi))``, block ``(vsi, NT // vsi)``. Per output element the
-    same FMAs in the same order as the unsplit inter pass (Q̂ S over k in order, times e^c, then P V' over j in
-    order), so the outputs are the same bits."""
-    VSI = vsi
-    NWI = NT // VSI
-    RII = CH // NWI
-    KTP = KT + 1 if VSI < 32 else KT
-
-    def kern(qn, cum, P, U, Sc, seg_row0, seg_len, o):
-        pdl_begin()
-        c = cuda.blockIdx.x
-        hv = cuda.blockIdx.y
-        Dv = U.shape[2]
-        nsl = (Dv + VSI - 1) // VSI
-        seg = cuda.blockIdx.z // nsl
-        sl = cuda.blockIdx.z - seg * nsl
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * VSI + tx
-        S = cuda.shared.array((MAXDK, VSI), float32)
-        Vp = cuda.shared.array((CH, VSI), float32)
-        Tl = cuda.shared.array((CH, KTP), float32)
-        acc = cuda.local.array(RII, float32)
-        buf = cuda.local.array(TL, float32)
-        n_all = seg_len[seg]
-        n = min(CH, n_all - c * CH)
-        if n <= 0:
-            return
-        row00 = seg_row0[seg]
-        r0 = row00 + c * CH
-        cid = row00 // CH + c + seg
-        Dk = Sc.shape[2]
-        Hv = Sc.shape[1]
-        Hk = qn.shape[1]
-        kh = hv // (Hv // Hk)
-        col = sl * VSI + tx
-        colok = col < Dv
-        cl = min(col, Dv - 1)
-        for i in range(ty, Dk, NWI):
-            S[i, tx] = Sc[cid, hv, i, cl]
-        for i in range(ty, n, NWI):
-            Vp[i, tx] = U[r0 + i, hv, cl]
-        for ii in range(RII):
-            acc[ii] = float32(0.0)
-        nk = (Dk + KT - 1) // KT
-        _fetch_tile(buf, qn, r0, n, kh, 0, Dk, tid)
-        for s in range(nk + 2):  # Q̂ tiles, then the two P tiles; the next tile's loads fly during a stage
-            cuda.syncthreads()
-            _put_tile(Tl, buf, tid)
-            cuda.syncthreads()
-            if s + 1 < nk:
-                _fetch_tile(buf, qn, r0, n, kh, (s + 1) * KT, Dk, tid)
-            elif s + 1 < nk + 2:
-                _fetch_tile(buf, P, r0, n, hv, (s + 1 - nk) * KT, CH, tid)
-            if s < nk:
-                k0 = s * KT
-                for kk in range(min(KT, Dk - k0)):
-                    sv = S[k0 + kk, tx]
-                    for ii in range(RII):
-                        acc[ii] = cuda.fma(Tl[ty + NWI * ii, kk], sv, acc[ii])
-                if s == nk - 1:
-                    for ii in range(RII):
-                        acc[ii] = acc[ii] * float32(math.exp(cum[r0 + min(ty + NWI * ii, n - 1), hv]))
-                continue
-            j0 = (s - nk) * KT
-            for jj in range(min(KT, n - j0)):
-                j = j0 + jj
-                vj = Vp[j, tx]
-                for ii in range(RII):
-                    pv = Tl[ty + NWI * ii, jj]
-                    if j > ty + NWI * ii:
-                        pv = float32(0.0)
-                    acc[ii] = cuda.fma(pv, vj, acc[ii])
-        if colok:
-            for ii in range(RII):
-                i = ty + NWI * ii
-                if i < n:
-                    o[r0 + i, hv, col] = acc[ii]
-
-    kern.__name__ = kern.__qualname__ = "gdn_chunk_out" + ("" if VSI == VS else f"_v{VSI}")
+    kern.__name__ = kern.__qualname__ = "gdn_chunk_inter" if VSI == VS else f"gdn_chunk_inter_v{VSI}"
     return kern
 
 
 INTER_WIDTHS = (32, 16, 8)  # value columns per inter-pass block; TENSORFOLD_CHUNK_INTER picks one
 INTER_DEFAULT = 16
-OSPLIT_SEGS = 16  # segments a prompt launch may have beyond its chunks for the O-split form (``chunk_workspace``)
 gdn_chunk_inter = _make_inter(VS)
-_INTER_PY = {(w, os_): (gdn_chunk_inter if (w, os_) == (VS, False) else _make_inter(w, os_))
-             for w in INTER_WIDTHS for os_ in (False, True)}
-_OUT_PY = {w: _make_out(w) for w in INTER_WIDTHS}
+_INTER_PY = {w: (gdn_chunk_inter if w == VS else _make_inter(w)) for w in INTER_WIDTHS}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1129,8 +1002,7 @@ SIG_FUSED = (f"void({_A2}, {_A2}, {_A2}, {_F1}, {_F1}, {_F4}, {_I1}, {_I1}, {_I1
              f"{_F3}, {_F3}, {_F3}, {_F2}, " + _TAIL)
 SIG_PREP = f"void({_F2}, {_F2}, {_F2}, {_F1}, {_F1}, {_F3}, {_F3}, {_F2}, {_F2})"
 SIG_INTRA = f"void({_F3}, {_F3}, {_F2}, {_F2}, {_F2}, {_I1}, {_I1}, {_F2}, {_F3}, {_F3}, {_F3})"
-SIG_INTER = f"void({_F3}, {_F3}, {_F2}, {_F3}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}, {_I1}, {_F3}, {_F4})"
-SIG_OUT = f"void({_F3}, {_F2}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}, {_F3})"
+SIG_INTER = f"void({_F3}, {_F3}, {_F2}, {_F3}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}, {_I1}, {_F3})"
 
 COMPILE_SPECS = [
     (gdn_gates_kernel, SIG_GATES),
@@ -1141,7 +1013,7 @@ COMPILE_SPECS = [
     (gdn_prep, SIG_PREP),
     (gdn_chunk_intra, SIG_INTRA),
     (gdn_chunk_inter, SIG_INTER),
-] + [(_INTER_PY[k], SIG_INTER) for k in _INTER_PY if k != (VS, False)] + [(_OUT_PY[w], SIG_OUT) for w in INTER_WIDTHS]
+] + [(_INTER_PY[w], SIG_INTER) for w in INTER_WIDTHS if w != VS]
 HOT = {"gdn_recurrent", "gdn_step", "gdn_fused_recurrent", "gdn_fused_step"}
 
 k_gates = _kcache.kjit(gdn_gates_kernel)
@@ -1152,8 +1024,7 @@ k_fused_step = _kcache.kjit(gdn_fused_step)
 k_prep = _kcache.kjit(gdn_prep)
 k_chunk_intra = _kcache.kjit(gdn_chunk_intra)
 k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
-_K_INTER = {(VS, False): k_chunk_inter}
-_K_OUT: dict = {}
+_K_INTER = {VS: k_chunk_inter}
 
 
 def inter_width(width=None) -> int:
@@ -1165,28 +1036,10 @@ def inter_width(width=None) -> int:
     return w
 
 
-def osplit_on(osplit=None) -> bool:
-    """Whether :func:`launch_chunked` takes the O-split form: ``osplit``, else ``TENSORFOLD_CHUNK_OSPLIT`` ("1" /
-    "0", read at each launch), else OSPLIT_DEFAULT. Both forms give the same bits."""
-    if osplit is not None:
-        return bool(osplit)
-    v = os.environ.get("TENSORFOLD_CHUNK_OSPLIT", "").strip()
-    return OSPLIT_DEFAULT if v == "" else v != "0"
-
-
-OSPLIT_DEFAULT = True
-
-
-def _inter_kernel(w, os_=False):
-    if (w, os_) not in _K_INTER:
-        _K_INTER[(w, os_)] = _kcache.kjit(_INTER_PY[(w, os_)])
-    return _K_INTER[(w, os_)]
-
-
-def _out_kernel(w):
-    if w not in _K_OUT:
-        _K_OUT[w] = _kcache.kjit(_OUT_PY[w])
-    return _K_OUT[w]
+def _inter_kernel(w):
+    if w not in _K_INTER:
+        _K_INTER[w] = _kcache.kjit(_INTER_PY[w])
+    return _K_INTER[w]
 
 
 def launch_gates(a, b, A_log, dt_bias, g_out, beta_out, *, stream=0, blocks=None):
@@ -1282,15 +1135,12 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
 
 
 def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,
-                   stream=0, prep_blocks=None, inter=None, osplit=None):
-    """Prompt path: prep (l2norm + gates) -> intra-chunk WY factors -> sequential inter-chunk pass (-> the O
-    products of every chunk at once, in the O-split form).
+                   stream=0, prep_blocks=None, inter=None):
+    """Prompt path: prep (l2norm + gates) -> intra-chunk WY factors -> sequential inter-chunk pass.
 
     ``work`` = dict of scratch device arrays from :func:`chunk_workspace` (sized for R rows). The final state
     of each segment is written to ``state[slot]`` (its initial value is the starting state). ``inter``: value
-    columns per inter-pass block (:func:`inter_width`; every width gives the same bits). ``osplit``: see
-    :func:`osplit_on`; a launch whose chunks do not fit ``work["Sc"]`` takes the unsplit form (same bits).
-    Segments must be in increasing row order (as the runtime builds them).
+    columns per inter-pass block (:func:`inter_width`; every width gives the same bits).
     """
     R = qkv.shape[0]
     Hv, Dv = state.shape[1], state.shape[3]
@@ -1302,22 +1152,14 @@ def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot
     k_chunk_intra[(nch, Hv, nseg), NT, stream](work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0,
                                                seg_len, work["cum"], work["P"], work["U"], work["W"])
     w = inter_width(inter)
-    Sc = work["Sc"]
-    os_ = osplit_on(osplit) and Sc.shape[0] >= (R + CH - 1) // CH + nseg
-    _inter_kernel(w, os_)[(nseg, Hv, (Dv + w - 1) // w), (w, NT // w), stream](
-        work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0, seg_len, seg_slot, o,
-        Sc)
-    if os_:
-        _out_kernel(w)[(nch, Hv, nseg * ((Dv + w - 1) // w)), (w, NT // w), stream](
-            work["qn"], work["cum"], work["P"], work["U"], Sc, seg_row0, seg_len, o)
+    _inter_kernel(w)[(nseg, Hv, (Dv + w - 1) // w), (w, NT // w), stream](
+        work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0, seg_len, seg_slot, o)
 
 
-def chunk_workspace(R, Hk, Hv, Dk, Dv, segs=OSPLIT_SEGS):
-    """Device scratch for :func:`launch_chunked` with R rows and up to ``segs`` segments in the O-split form
-    (bytes: :func:`chunk_workspace_bytes`). ``Sc``: one chunk's starting state a (chunk, head)."""
+def chunk_workspace(R, Hk, Hv, Dk, Dv):
+    """Device scratch for :func:`launch_chunked` with R rows (bytes: R*(2*Hk*Dk + Hv*(4 + CH + Dv + Dk))*4)."""
     f = np.float32
     return {
-        "Sc": cuda.device_array((-(-R // CH) + segs, Hv, Dk, Dv), f),
         "qn": cuda.device_array((R, Hk, Dk), f),
         "kn": cuda.device_array((R, Hk, Dk), f),
         "g": cuda.device_array((R, Hv), f),
@@ -1327,8 +1169,3 @@ def chunk_workspace(R, Hk, Hv, Dk, Dv, segs=OSPLIT_SEGS):
         "U": cuda.device_array((R, Hv, Dv), f),
         "W": cuda.device_array((R, Hv, Dk), f),
     }
-
-
-def chunk_workspace_bytes(R, Hk, Hv, Dk, Dv, segs=OSPLIT_SEGS) -> int:
-    """Bytes of :func:`chunk_workspace`."""
-    return 4 * (R * (2 * Hk * Dk + Hv * (4 + CH + Dv + Dk)) + (-(-R // CH) + segs) * Hv * Dk * Dv)

@@ -515,11 +515,11 @@ class Buffers:
         log = nll * (Hk * Dk + Hv * Dv + Hv + C)
         nc = attention.max_chunks(ctx)
         att = nH * nc * (hd + 2)
-        chunk = delta_rule.chunk_workspace_bytes(prompt_rows, Hk, Hv, Dk, Dv) // 4 if prompt_rows else 0
+        chunk = 2 * Hk * Dk + Hv * (4 + delta_rule.CH + Dv + Dk)
         kin = max(H, I, nH * hd, Hv * Dv)  # widest GEMM input (bound for Buffers.gemm_ws)
         gws = (-(-rows // gemm.RPAD) * gemm.RPAD) * (kin + kin // 64) if prompt_rows else 0
         return 4 * (rows * per_row + out_rows * (H + c.vocab_size + 1) + log_rows * log + att_rows * att
-                    + chunk + gws)
+                    + prompt_rows * chunk + gws)
 
 
 # ------------------------------------------------------------------------------------------------ runner

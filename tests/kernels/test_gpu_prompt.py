@@ -40,7 +40,7 @@ def _inputs(rng, R, Hk, Hv):
     return qkv, a, b, A_log, dt_bias
 
 
-def _run(inp, state, segs, width, Hk, osplit=None):
+def _run(inp, state, segs, width, Hk):
     qkv, a, b, A_log, dt_bias = inp
     R = qkv.shape[0]
     Hv = state.shape[1]
@@ -50,7 +50,7 @@ def _run(inp, state, segs, width, Hk, osplit=None):
     s = np.asarray(segs, np.int32)
     dr.launch_chunked(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
                       cuda.to_device(dt_bias), st, _i32(s[:, 0]), _i32(s[:, 1]), _i32(s[:, 2]), o, work,
-                      max_rows_per_seg=int(s[:, 1].max()), inter=width, osplit=osplit)
+                      max_rows_per_seg=int(s[:, 1].max()), inter=width)
     cuda.synchronize()
     return o.copy_to_host(), st.copy_to_host()
 
@@ -63,7 +63,7 @@ def test_inter_widths(model):
     inp = _inputs(rng, L0 + L1, Hk, Hv)
     state = (rng.standard_normal((2, Hv, D, D)) * 0.1).astype(np.float32)
     segs = [(0, L0, 1), (L0, L1, 0)]
-    o32, s32 = _run(inp, state, segs, 32, Hk, osplit=False)
+    o32, s32 = _run(inp, state, segs, 32, Hk)
     qkv, a, b, A_log, dt_bias = inp
     x = qkv[:L0].astype(np.float64)
     q = x[:, :Hk * D].reshape(L0, Hk, D)
@@ -79,7 +79,3 @@ def test_inter_widths(model):
         np.testing.assert_allclose(sw[1], S_ref, rtol=2e-4, atol=2e-4, err_msg=f"width {w}")
         assert np.array_equal(ow, o32), f"width {w}: outputs differ from the 32-column kernel"
         assert np.array_equal(sw, s32), f"width {w}: states differ from the 32-column kernel"
-        # the O-split form (inter pass without O, then gdn_chunk_out) at this width: the same bits again
-        oo, so = _run(inp, state, segs, w, Hk, osplit=True)
-        assert np.array_equal(oo, o32), f"width {w}: O-split outputs differ from the unsplit 32-column kernel"
-        assert np.array_equal(so, s32), f"width {w}: O-split states differ from the unsplit 32-column kernel"

@@ -1,6 +1,5 @@
 """Simulator tier for the prompt-path launch variants (helper PROMPT): every inter-pass width of the chunked delta
-rule, and the O-split form (``gdn_chunk_out``), give the same bits as the 32-column unsplit kernel and match the
-float64 recurrence."""
+rule gives the same bits as the 32-column kernel and matches the float64 recurrence."""
 
 from __future__ import annotations
 
@@ -38,19 +37,19 @@ def _prep_ref(qkv, a, b, A_log, dt_bias):
     return qn, kn, v, g, beta
 
 
-def _run(L, segs, width, seed, osplit=None, wsegs=dr.OSPLIT_SEGS):
+def _run(L, segs, width, seed):
     rng = np.random.default_rng(seed)
     qkv, a, b, A_log, dt_bias = _inputs(rng, L)
     state = (rng.standard_normal((3, Hv, Dk, Dv)) * 0.3).astype(np.float32)
     st = cuda.to_device(state.copy())
     o = cuda.to_device(np.full((L, Hv, Dv), np.nan, np.float32))
-    work = dr.chunk_workspace(L, Hk, Hv, Dk, Dv, segs=wsegs)
+    work = dr.chunk_workspace(L, Hk, Hv, Dk, Dv)
     row0 = [s[0] for s in segs]
     n = [s[1] for s in segs]
     slot = [s[2] for s in segs]
     dr.launch_chunked(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
                       cuda.to_device(dt_bias), st, _i32(row0), _i32(n), _i32(slot), o, work,
-                      max_rows_per_seg=max(n), prep_blocks=2, inter=width, osplit=osplit)
+                      max_rows_per_seg=max(n), prep_blocks=2, inter=width)
     return (qkv, a, b, A_log, dt_bias, state), o.copy_to_host(), st.copy_to_host()
 
 
@@ -84,37 +83,3 @@ def test_inter_width_switch(monkeypatch):
         dr.inter_width()
     monkeypatch.delenv("TENSORFOLD_CHUNK_INTER")
     assert dr.inter_width() == dr.INTER_DEFAULT
-
-
-@pytest.mark.parametrize("width", [32, 8])
-def test_osplit_same_bits(width):
-    """The O-split form (inter pass without the O products, then ``gdn_chunk_out`` over every chunk) against the
-    unsplit pass, bit for bit: three segments in three slots, the third starting mid-chunk (row 75) with two
-    chunks (80 rows), and the float64 recurrence for the third. With too few ``Sc`` rows for the launch's chunks
-    (``segs=0``: 3 chunk rows for 4 + 3 chunks) the launch falls back to the unsplit pass, same bits again."""
-    segs = [(0, 70, 2), (70, 5, 0), (75, 80, 1)]
-    L = 155
-    inp, o_un, s_un = _run(L, segs, width, 9, osplit=False)
-    _, o_os, s_os = _run(L, segs, width, 9, osplit=True)
-    assert not np.isnan(o_os).any()
-    np.testing.assert_array_equal(o_os, o_un)
-    np.testing.assert_array_equal(s_os, s_un)
-    _, o_fb, s_fb = _run(L, segs, width, 9, osplit=True, wsegs=0)
-    np.testing.assert_array_equal(o_fb, o_un)
-    np.testing.assert_array_equal(s_fb, s_un)
-    qkv, a, b, A_log, dt_bias, state = inp
-    qn, kn, v, g, beta = _prep_ref(qkv[75:], a[75:], b[75:], A_log, dt_bias)
-    f = np.float64
-    O_ref, S_ref = ops.delta_rule_recurrent(state[1].astype(f), qn.astype(f), kn.astype(f), v.astype(f),
-                                            g.astype(f), beta.astype(f))
-    np.testing.assert_allclose(o_os[75:], O_ref, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(s_os[1], S_ref, rtol=1e-4, atol=1e-4)
-
-
-def test_osplit_switch(monkeypatch):
-    monkeypatch.setenv("TENSORFOLD_CHUNK_OSPLIT", "0")
-    assert not dr.osplit_on() and dr.osplit_on(True)
-    monkeypatch.setenv("TENSORFOLD_CHUNK_OSPLIT", "1")
-    assert dr.osplit_on() and not dr.osplit_on(False)
-    monkeypatch.delenv("TENSORFOLD_CHUNK_OSPLIT")
-    assert dr.osplit_on() == dr.OSPLIT_DEFAULT
