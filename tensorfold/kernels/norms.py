@@ -228,7 +228,9 @@ else:
 VEC_MAX = 8  # float4 columns a thread at most (rows up to 8192 wide at 256 threads)
 
 
-def _gen_norm_v_source(name: str, vpt: int, add: bool) -> str:
+def _gen_norm_v_source(name: str, vpt: int, add, parts: bool = False) -> str:
+    """``parts``: x is a GEMV's K-chunk partial sums, ``[ks * R, n]`` (chunk k's row r at ``k * R + r``), added in
+    chunk order before the residual add: the fp32 adds of qgemv's in-kernel completion, in its order."""
     L = []
     a = L.append
     a(f"def {name}(x, h, mult, y, eps):" if add else f"def {name}(x, mult, y, eps):")
@@ -236,6 +238,8 @@ def _gen_norm_v_source(name: str, vpt: int, add: bool) -> str:
     a("    red = cuda.shared.array(64, np.float32)")
     a("    R = y.shape[0]")
     a("    n = y.shape[1]")
+    if parts:
+        a("    ks = x.shape[0] // R")
     a("    tid = cuda.threadIdx.x")
     a("    lane = tid & 31")
     a("    warp = tid >> 5")
@@ -250,6 +254,11 @@ def _gen_norm_v_source(name: str, vpt: int, add: bool) -> str:
         a(f"{I}cc{j} = c{j} if ok{j} else 0")
         if add:
             a(f"{I}a0, a1, a2, a3 = _ld4(x, r, cc{j})")
+            if parts:
+                a(f"{I}for kk in range(1, ks):")
+                a(f"{I}    t0, t1, t2, t3 = _ld4(x, kk * R + r, cc{j})")
+                for e in range(4):
+                    a(f"{I}    a{e} += t{e}")
             a(f"{I}b0, b1, b2, b3 = _ld4(h, r, cc{j})")
             for e in range(4):
                 a(f"{I}v{j}_{e} = b{e} + a{e}")
@@ -281,20 +290,20 @@ def _gen_norm_v_source(name: str, vpt: int, add: bool) -> str:
 _VCACHE: dict = {}
 
 
-def get_norm_v_pyfunc(vpt: int, add: bool):
-    key = ("py", vpt, add)
+def get_norm_v_pyfunc(vpt: int, add: bool, parts: bool = False):
+    key = ("py", vpt, add, parts)
     if key not in _VCACHE:
-        name = f"{'add_' if add else ''}rms_norm_v{vpt}"
+        name = f"{'add_' if add else ''}rms_norm_v{vpt}{'_parts' if parts else ''}"
         glb = {"cuda": cuda, "np": np, "math": math, "warp_sum": warp_sum, "_ld4": _ld4, "_st4": _st4,
                "_ld4v": _ld4v, "pdl_begin": pdl_begin}
-        _VCACHE[key] = _kcache.build(name, _gen_norm_v_source(name, vpt, add), glb, __name__)
+        _VCACHE[key] = _kcache.build(name, _gen_norm_v_source(name, vpt, add, parts), glb, __name__)
     return _VCACHE[key]
 
 
-def get_norm_v_kernel(vpt: int, add: bool):
-    key = ("k", vpt, add)
+def get_norm_v_kernel(vpt: int, add: bool, parts: bool = False):
+    key = ("k", vpt, add, parts)
     if key not in _VCACHE:
-        _VCACHE[key] = _kcache.kjit(get_norm_v_pyfunc(vpt, add))
+        _VCACHE[key] = _kcache.kjit(get_norm_v_pyfunc(vpt, add, parts))
     return _VCACHE[key]
 
 
@@ -347,6 +356,24 @@ def launch_add_rms_norm(x, h, mult, y, eps, stream=0, max_blocks=None, vec=None)
     add_rms_norm_k[g, _TPB, stream](x, h, mult, y, np.float32(eps))
 
 
+def parts_ok(n: int) -> bool:
+    """Whether :func:`launch_add_rms_norm_parts` takes rows of ``n`` (the vectorized geometry)."""
+    return norm_v_geometry(n) is not None
+
+
+def launch_add_rms_norm_parts(parts, h, mult, y, eps, stream=0, max_blocks=None):
+    """:func:`launch_add_rms_norm` with x given as a GEMV's K-chunk partial sums ``parts [ks, R, n]`` (a deferred
+    qgemv completion, ``qgemv.launch(..., defer=True)``), added in chunk order: the same bits as the in-kernel
+    completion followed by :func:`launch_add_rms_norm`."""
+    ks, R, n = parts.shape
+    geo = norm_v_geometry(n)
+    if geo is None or h.shape != (R, n) or not _vec_ok(parts.reshape((ks * R, n)), h, y, mult):
+        raise ValueError(f"add_rms_norm_parts: rows of {n} (a multiple of 4), h [{R}, {n}], 16-byte aligned rows")
+    g = R if max_blocks is None else min(R, max_blocks)
+    tpb, vpt = geo
+    get_norm_v_kernel(vpt, True, True)[g, tpb, stream](parts.reshape((ks * R, n)), h, mult, y, np.float32(eps))
+
+
 def launch_rms_norm(x, mult, y, eps, stream=0, max_blocks=None, vec=None):
     vec = _vec_default() if vec is None else vec
     R = x.shape[0]
@@ -383,3 +410,5 @@ for _vpt in sorted({norm_v_geometry(n, False)[1] for n in (2048, 4096, 5120)} | 
         COMPILE_SPECS.append((_f, f"void({_F2}, {_F2}, float32[::1], {_F2}, float32)" if _add else
                               f"void({_F2}, float32[::1], {_F2}, float32)"))
         HOT.add(_f.__name__)
+    # the partial-summing form of a deferred qgemv completion (TENSORFOLD_GEMV_DEFER=1)
+    COMPILE_SPECS.append((get_norm_v_pyfunc(_vpt, True, True), f"void({_F2}, {_F2}, float32[::1], {_F2}, float32)"))

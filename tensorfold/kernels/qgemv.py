@@ -365,7 +365,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False, sw: bool = False, xh: int = 0) -> str:
+                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -851,6 +851,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- several chunks: one fence, arrivals counted per tile, the completing warp sums the tile in chunk order
     if gemv_trigger_here("end"):
         a("    pdl_trigger()")
+    if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
+        return "\n".join(L) + "\n"
     a("    if ks > 1:")
     a("        cuda.threadfence()")
     a("        mtw = (ntile + nwt - 1) // nwt")
@@ -917,19 +919,20 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0):
+               noc=False, sw=False, xh=0, defer=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
-    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh))
+    key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
+           bool(defer))
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
-                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + tag)
+                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh)))
+                                            glu, noc, sw, int(xh), bool(defer)))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
@@ -959,11 +962,11 @@ def _lb_on() -> bool:
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False, xh=0):
+               sw=False, xh=0, defer=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh))
+           sw, int(xh), bool(defer))
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -974,7 +977,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc(), sw, xh), **kw)
+                                              tag, _noc(), sw, xh, defer), **kw)
     return _KCACHE[key]
 
 
@@ -1412,12 +1415,16 @@ def _allow_dyn(nbytes: int):
     return cb
 
 
-def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None):
+def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None, defer=False):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
     when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
     (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
-    arrival counters (default: the shared :func:`counters`; see :func:`new_counters`)."""
+    arrival counters (default: the shared :func:`counters`; see :func:`new_counters`). ``defer`` (ks > 1, at most 8
+    rows, no epilogue, register-ring plans): the chunks' partial sums are left in ``ws [ks, R, out]`` and y is not
+    written; a consumer adds them in chunk order (``norms.launch_add_rms_norm_parts``), the same fp32 adds in the
+    same order as the in-kernel completion, so the same bits, without the completion's fence, arrival count and
+    second pass over the partials inside the GEMV."""
     out = S.shape[0] if p.sw else W.shape[0]
     if p.sw:
         want = sweep_shape(out, p.inp, p.bits, p.group, p.u)
@@ -1435,6 +1442,9 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         raise ValueError("qgemv: ks > 1 needs a workspace ws [ks, R, out] float32")
     if p.xh and (p.pf or p.stages or p.kp > 1):
         raise ValueError("qgemv: bf16-only x (xh) takes the register-ring plans only")
+    if defer and (p.ks < 2 or R > 8 or glu or p.pf or ws is None or ws.shape != (p.ks, R, out)):
+        raise ValueError(f"qgemv: a deferred completion needs ks > 1 (ks {p.ks}), at most 8 rows (R {R}), no "
+                         f"epilogue, a register-ring plan and ws [ks, R, out] = {(p.ks, R, out)}")
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
         nt = nt_for(n, p.xh)
@@ -1448,7 +1458,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         else:
             xm, st = xmode(n, p.xh), p.stages_for(nt)
             k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
-                           sw=bool(p.sw), xh=xm)
+                           sw=bool(p.sw), xh=xm, defer=defer)
             gx, tpb = p.grid_x(nt), p.tpb
             dyn = xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0
         cfg = k[(gx, p.ks), tpb, stream, dyn]
@@ -1519,6 +1529,14 @@ def _specs():
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
             specs.append((f, _SIG))
             hot.add(f.__name__)
+    # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
+    for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
+        pd = plan(out, inp, 4, 64)
+        for xm in (1, 2):
+            f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=xm, defer=True)
+            if f.__name__ not in seen:
+                seen.add(f.__name__)
+                specs.append((f, _SIG))
     # a K chunk past the static budget (x fragments in dynamic shared memory; TENSORFOLD_GEMV3_CG), 8-row bf16 x
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,

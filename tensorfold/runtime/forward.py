@@ -567,6 +567,14 @@ def sweepable(p, inp: int, bits: int, group: int) -> bool:
     return isinstance(p, qgemv.V3Plan) and p.u in (2, 4) and not p.pf and gemm.swept_ok(inp, bits, group)
 
 
+def defer_on() -> bool:
+    """``TENSORFOLD_GEMV_DEFER=1`` (read at each launch; off by default until measured): the output projections and
+    down on qgemv leave their K-chunk partial sums to the add + RMSNorm that reads them (``Runner._add_norm``),
+    which adds them in chunk order, so the GEMV skips its completion (fence, arrival count, second pass). The same
+    bits either way (``tests/kernels/test_sim_defer.py``)."""
+    return os.environ.get("TENSORFOLD_GEMV_DEFER", "0").strip() == "1"
+
+
 class Runner:
     """The model on the device: weights (``Arena``), caches (``Caches``), buffers, and the launch sequence."""
 
@@ -599,6 +607,8 @@ class Runner:
         self.prompt_rows = prompt_rows
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
         self.sample_meta = SampleMeta(self.buf.out_rows)
+        self._dparts = None  # a deferred GEMV's partial sums [ks, R, out], until _add_norm reads them
+        self.n_deferred = 0  # GEMV launches issued with a deferred completion (graph captures count once)
         self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
         self.glu_on = os.environ.get("TENSORFOLD_GLU", "1").strip() != "0"
         self.swept_bytes = self._sweep_weights(swept_mode())
@@ -654,14 +664,28 @@ class Runner:
             return ent["sw"][1]
         return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
-    def _linear(self, name, x, y, R, prompt, stream, glu=False):
+    def _linear(self, name, x, y, R, prompt, stream, glu=False, defer=False):
         """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows); ``glu`` (see
-        :meth:`_glu`): y[:R] = swiglu of W's gate and up halves."""
+        :meth:`_glu`): y[:R] = swiglu of W's gate and up halves. ``defer`` (output projections and down, whose only
+        reader is :meth:`_add_norm`): where :func:`defer_on` and the launch allows (swept qgemv plan with several K
+        chunks, at most 8 rows), y is not written; the partial sums wait in the workspace for :meth:`_add_norm`
+        (the same bits)."""
         ent = self.arena.linear(name)
+        if defer:
+            self._dparts = None  # y is the reader's, unless this launch defers (nothing stale from a failed forward)
         if IS_SIM and self.sim_stand_ins:
             glue.sim_linear(ent, x[:R], y[:R])
             return
         sw = ent.get("sw")
+        p = ent.get("plan")
+        if (defer and not prompt and sw and not glu and R <= 8 and isinstance(p, qgemv.V3Plan) and p.ks > 1
+                and not p.pf and defer_on() and norms.parts_ok(p.out)):
+            ws = self.buf.ws[:p.ks * R * p.out].reshape((p.ks, R, p.out))
+            qgemv.launch(ent["W"], ent["S"], ent["B"], x[:R], y[:R], p, R, ws=ws, stream=stream, cnt=self.buf.qcnt,
+                         defer=True)
+            self._dparts = ws
+            self.n_deferred += 1
+            return
         if prompt and ent["kind"] == "affine" and R > 16:
             if sw:
                 gemm.launch_qgemm_swept(ent["W"], x[:R], y[:R], ent["bits"], ent["group"], sw[0], ent["out"],
@@ -670,7 +694,6 @@ class Runner:
                 gemm.launch_qgemm(ent["W"], ent["S"], ent["B"], x[:R], y[:R], ent["bits"], ent["group"],
                                   stream=stream, rows=R, ws=self.buf.gemm_ws)
             return
-        p = ent["plan"]
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
@@ -683,6 +706,16 @@ class Runner:
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
+
+    def _add_norm(self, R, mult, stream):
+        """h[:R] += the output projection's (or down's) rows; x[:R] = RMSNorm(h[:R]) * mult. The rows are in B.d, or
+        still K-chunk partial sums in the workspace when that GEMV deferred its completion (``_linear(defer=)``)."""
+        B = self.buf
+        parts, self._dparts = self._dparts, None
+        if parts is not None:
+            norms.launch_add_rms_norm_parts(parts, B.h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
+        else:
+            norms.launch_add_rms_norm(B.d[:R], B.h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
 
     def _unfused(self, pre, parts, buf, R, prompt, stream):
         """The linears ``pre + name`` of ``parts`` ((name, width), ...) that load-time fusion left apart (their
@@ -720,7 +753,7 @@ class Runner:
                                     aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"), cc.rec[li],
                                     *seg, m.view("seg_commit", S), par, B.o[:R], B.gn[:R], self.gdn_ctr, *logs,
                                     self.eps, self.act, stream=stream)
-            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream)
+            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True)
             return
         conv.launch_conv(qkv, self.arena.vec(pre + "conv1d"), tail, rs, par, B.y[:R], xlog, stream=stream,
                          **_SIM_BLOCKS)
@@ -741,7 +774,7 @@ class Runner:
         # block of u when fused: strided rows, which the kernel indexes as such)
         norms.launch_gated_rms_norm(B.o[:R].reshape((R, Vd)), z, self.arena.vec(pre + "norm"), B.gn[:R], self.eps,
                                     self.Dv, act=self.act, stream=stream, **_SIM_MB)
-        self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream)
+        self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True)
 
     def _attn(self, l, R, mode, b, stream):
         B, m, cc, c = self.buf, self._m, self.caches, self.c
@@ -776,7 +809,7 @@ class Runner:
             attention.launch_partials(B.q[sl], cc.k[fl], cc.v[fl], ks, vs, rs, nk, tm, tb, self.scale,
                                       B.m[:n], B.l[:n], B.acc[:n], nz=nz, stream=stream)
             attention.launch_merge(B.m[:n], B.l[:n], B.acc[:n], rs, nk, tm, qg[sl], 1, B.att[sl], stream=stream)
-        self._linear(pre + "o_proj", B.att.reshape((B.rows, nH * hd)), B.d, R, prompt, stream)
+        self._linear(pre + "o_proj", B.att.reshape((B.rows, nH * hd)), B.d, R, prompt, stream, defer=True)
 
     # ---------------------------------------------------------------------------------------------- forward
 
@@ -799,8 +832,7 @@ class Runner:
                 self._gdn(l, R, S, mode, batch, stream)
             else:
                 self._attn(l, R, mode, batch, stream)
-            norms.launch_add_rms_norm(B.d[:R], B.h[:R], a.vec(f"layers.{l}.post_attention_layernorm"), B.x[:R],
-                                      self.eps, stream=stream, **_SIM_MB)
+            self._add_norm(R, a.vec(f"layers.{l}.post_attention_layernorm"), stream)
             gate_up = f"layers.{l}.mlp.gate_up"
             if not a.has_linear(gate_up):  # gate and up in different formats: two launches
                 I = B.mi.shape[1]
@@ -812,9 +844,9 @@ class Runner:
             else:
                 self._linear(gate_up, B.x, B.gu, R, prompt, stream)
                 activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
-            self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream)
+            self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream, defer=True)
             nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
-            norms.launch_add_rms_norm(B.d[:R], B.h[:R], nxt, B.x[:R], self.eps, stream=stream, **_SIM_MB)
+            self._add_norm(R, nxt, stream)
         if mode == "step" and self.lin_idx:
             compact.launch_conv_commit(self.caches.conv, B.xlog, m.view("parent", R), m.view("seg_slot", S),
                                        m.view("seg_leaf", S), stream=stream, **_SIM_B1)

@@ -249,3 +249,31 @@ def test_swept_weights_same_logits(ck2b, monkeypatch):
         assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32)), f"{len(slots)} streams"
     print(f"\nswept layout {sw.swept_bytes / 2**20:.0f} MiB ({len(names)} linears): logits equal (prompt of 40, "
           f"steps of 1 and 6 streams)")
+
+
+def test_deferred_completion_same_logits(ck2b, monkeypatch):
+    """``TENSORFOLD_GEMV_DEFER=1`` (the output projections and down leave their K-chunk partial sums to the add +
+    RMSNorm after them) against the in-kernel completion, both with every linear on qgemv (``TENSORFOLD_GEMV_V3=1``;
+    the swept layout, the default): prompts of 40 tokens a stream, then steps of 1 and 6 streams give the same
+    logits bit for bit, and the deferred runner did defer."""
+    from tensorfold.runtime import forward as F
+    from tensorfold.runtime.arena import Arena
+
+    rng = np.random.default_rng(21)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "1")
+    P = _ids(rng, 40)
+    t = _ids(rng, 6)
+    res = []
+    for d in ("0", "1"):
+        monkeypatch.setenv("TENSORFOLD_GEMV_DEFER", d)
+        arena = Arena.upload(ck2b.tensors, ck2b.config, progress=False)
+        run = _runner(ck2b, arena, "bf16", slots=6)
+        outs = [run.forward(F.prompt_batch([(s, P, 0) for s in range(6)]))[0]]
+        for slots in ([0], list(range(6))):
+            outs.append(run.forward(F.step_batch(slots, t[:len(slots)], [len(P)] * len(slots)))[0])
+        res.append(([np.asarray(o).copy() for o in outs], run.n_deferred))
+        del run, arena
+    (base, n0), (dfr, n1) = res
+    assert n0 == 0 and n1 > 0, (n0, n1)
+    for i, (a, b) in enumerate(zip(base, dfr)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"forward {i}"
