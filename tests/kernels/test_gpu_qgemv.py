@@ -235,3 +235,46 @@ def test_bf16_x_real_shapes(label, out, inp):
         assert np.array_equal(full[:R].view(np.uint32), y1.view(np.uint32)), f"{label} xh swept R={R}"
     if out % 16 == 0 and out >= 16384:
         _glu_swept_same_bits(cuda, dev, x, p, bits, group, (1, 8), label + " xh")
+
+
+@pytest.mark.parametrize("label,out,inp", [("9B down", 4096, 12288), ("27B down", 5120, 17408),
+                                           ("27B out_proj", 5120, 6144)])
+def test_deferred_completion_real_shapes(label, out, inp):
+    """The deferred split-K completion (``launch(..., defer=True)`` + ``norms.launch_add_rms_norm_parts``, the
+    runtime's ``TENSORFOLD_GEMV_DEFER=1``) at the shapes it serves, swept layout, the default plan, 1, 4 and 8 rows:
+    the residual stream and the normed rows bit-equal to the in-kernel completion + ``launch_add_rms_norm``; y left
+    unwritten; the GEMV within the oracle's bound (h - h0 against float64 on x rounded to bf16)."""
+    import dataclasses
+
+    from tensorfold.kernels import norms
+    from tensorfold.kernels import qgemv as Q
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    p = dataclasses.replace(Q.plan(out, inp, bits, group), sw=1)
+    assert p.ks > 1
+    sdev = [cuda.to_device(Q.sweep_pack(P, S, B, bits, group, p.u, per=p.per)), cuda.to_device(S), cuda.to_device(B)]
+    mult = cuda.to_device((1.0 + 0.1 * rng.standard_normal(out)).astype(np.float32))
+    for R in (1, 4, 8):
+        x = rng.standard_normal((R, inp)).astype(np.float32)
+        h0 = rng.standard_normal((R, out)).astype(np.float32)
+        ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
+        res = []
+        for defer in (False, True):
+            y = cuda.to_device(np.full((R, out), np.nan, np.float32))
+            ws = cuda.to_device(np.full((p.ks, R, out), np.nan, np.float32))
+            h, o = cuda.to_device(h0), cuda.to_device(np.full((R, out), np.nan, np.float32))
+            Q.launch(*sdev, cuda.to_device(x), y, p, R, ws=ws, defer=defer)
+            if defer:
+                assert np.isnan(y.copy_to_host()).all(), f"{label} R={R}: a deferred launch wrote y"
+                norms.launch_add_rms_norm_parts(ws, h, mult, o, 1e-6)
+            else:
+                norms.launch_add_rms_norm(y, h, mult, o, 1e-6)
+            res.append((h.copy_to_host(), o.copy_to_host()))
+        (ha, oa), (hb, ob) = res
+        err = np.abs(hb.astype(np.float64) - h0 - ref)  # the GEMV's bound plus the residual add's rounding
+        assert (err <= 3e-5 * bound + 2.0 ** -23 * np.abs(hb)).all(), f"{label} R={R}: residual vs float64"
+        assert not np.isnan(ob).any()
+        assert np.array_equal(ha.view(np.uint32), hb.view(np.uint32)), f"{label} R={R}: residual"
+        assert np.array_equal(oa.view(np.uint32), ob.view(np.uint32)), f"{label} R={R}: normed rows"
