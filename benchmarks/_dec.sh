@@ -3,6 +3,8 @@
 #   returns only a few files, so a script packs after each step).
 # - `dec NAME GEOMETRY [bench_decode args...]` runs bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into
 #   $R/decode_NAME.{md,txt} and prints its figures.
+# - `ptest NAME TIMEOUT pytest-args...` runs one GPU-tier pytest process into $R/NAME.txt with its own kernel cache
+#   (several may run side by side with `&` and `wait`: compiles are CPU-bound; nothing they do is timed).
 set -u
 export TENSORFOLD_CACHE_DIR=${TENSORFOLD_CACHE_DIR:-/tmp/tfkc}
 out_dir() {
@@ -17,4 +19,10 @@ dec() {
     timeout 240 python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8 --prompts 512 \
         --steps 30 --out "$R/decode_$n.md" "$@" >"$R/decode_$n.txt" 2>&1
     echo "== $n rc $?"; grep -h "decode \|prompt \|Error\|error" "$R/decode_$n.txt" | head -8
+}
+ptest() {
+    local n=$1 s=$2; shift 2
+    TENSORFOLD_CACHE_DIR=/tmp/tfkc_$n timeout "$s" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
+        --tb=short "$@" >"$R/$n.txt" 2>&1
+    echo "== $n rc $?"; grep -h "passed\|failed\|rror" "$R/$n.txt" | tail -4
 }

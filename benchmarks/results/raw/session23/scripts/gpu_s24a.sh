@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 23 for the next session's first device call (one GPU, about 9 minutes).
+# Prepared in session 23 for the next session's first device call (one GPU, about 6-7 minutes; gpu_s24b.sh is
+# the 27B half).
 # 1. GPU tier, side by side (own kernel caches; nothing timed): the deferred split-K completion (d0e8f1e,
 #    TENSORFOLD_GEMV_DEFER=1: same logits as the in-kernel completion, prompts and steps, 2B with every linear on
 #    qgemv), the add + RMSNorm kernels, and the whole qgemv file (call 3 of session 23 ran 17 of its 21 tests
@@ -13,20 +14,11 @@
 . benchmarks/_dec.sh
 out_dir s24a
 t0=$SECONDS
-t() {  # t NAME TIMEOUT pytest-args...: one pytest process with its own kernel cache
-    local n=$1 s=$2; shift 2
-    TENSORFOLD_CACHE_DIR=/tmp/tfkc_$n timeout "$s" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
-        --tb=short "$@" >"$R/$n.txt" 2>&1
-    echo "== $n rc $?"; grep -h "passed\|failed\|rror" "$R/$n.txt" | tail -4
-}
-t defer 300 tests/runtime/test_gpu_runtime.py -k "deferred or swept" &
-t qgemv 330 tests/kernels/test_gpu_qgemv.py &  # includes test_deferred_completion_real_shapes
-t norms 300 tests/kernels/test_gpu_a.py -k "norm" &
+ptest defer 300 tests/runtime/test_gpu_runtime.py -k "deferred or swept" &
+ptest qgemv 330 tests/kernels/test_gpu_qgemv.py &  # includes test_deferred_completion_real_shapes
+ptest norms 300 tests/kernels/test_gpu_a.py -k "norm" &
 wait; pack
 echo "== tests done at $((SECONDS - t0)) s"
 dec 9b 9b; pack
 TENSORFOLD_GEMV_DEFER=1 dec 9b_defer 9b; pack
-dec 27b 27b; pack
-TENSORFOLD_GEMV_DEFER=1 dec 27b_defer 27b; pack
-TENSORFOLD_GEMV_DEFER=1 TENSORFOLD_GEMV3_CG="5120x6144=32" dec 27b_defer_cg32 27b; pack
 echo "== done at $((SECONDS - t0)) s"
