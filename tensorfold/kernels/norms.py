@@ -334,6 +334,9 @@ def _vec_ok(*arrs) -> bool:
     return True
 
 
+vec_aligned = _vec_ok  # public name: whether arrays suit the vectorized kernels (launch_add_rms_norm_parts needs it)
+
+
 def _vec_default() -> bool:
     """The vectorized kernels are the default (``TENSORFOLD_NORM_VEC=0`` selects the scalar ones). Checked on the
     H200 at 6c27bec: GPU tests 5 passed; one 2048 / 4096 / 5120 row of add+RMSNorm 4.8 / 7.6 / 8.9 -> 2.2 / 2.6 /

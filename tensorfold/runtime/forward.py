@@ -609,6 +609,11 @@ class Runner:
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self._dparts = None  # a deferred GEMV's partial sums [ks, R, out], until _add_norm reads them
         self.n_deferred = 0  # GEMV launches issued with a deferred completion (graph captures count once)
+        # the partial-summing add + RMSNorm is the vectorized kernel only: every norm weight it may get must be
+        # 16-byte aligned (an arena vector at an odd offset is not)
+        self._norms_vec = norms.vec_aligned(*[arena.vec(f"layers.{l}.{k}") for l in range(c.num_hidden_layers)
+                                              for k in ("input_layernorm", "post_attention_layernorm")],
+                                            arena.vec("norm"))
         self.sim_stand_ins = True  # simulator: glue's host stand-ins for the GEMV and attention kernels
         self.glu_on = os.environ.get("TENSORFOLD_GLU", "1").strip() != "0"
         self.swept_bytes = self._sweep_weights(swept_mode())
@@ -679,7 +684,7 @@ class Runner:
         sw = ent.get("sw")
         p = ent.get("plan")
         if (defer and not prompt and sw and not glu and R <= 8 and isinstance(p, qgemv.V3Plan) and p.ks > 1
-                and not p.pf and defer_on() and norms.parts_ok(p.out)):
+                and not p.pf and defer_on() and norms.parts_ok(p.out) and self._norms_vec):
             ws = self.buf.ws[:p.ks * R * p.out].reshape((p.ks, R, p.out))
             qgemv.launch(ent["W"], ent["S"], ent["B"], x[:R], y[:R], p, R, ws=ws, stream=stream, cnt=self.buf.qcnt,
                          defer=True)
