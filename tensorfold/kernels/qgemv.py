@@ -1415,6 +1415,12 @@ def _allow_dyn(nbytes: int):
     return cb
 
 
+def defer_ok(p, R: int, glu: bool = False) -> bool:
+    """Whether a launch of plan ``p`` over ``R`` rows can defer its completion (``launch(..., defer=True)``): a
+    register-ring qgemv plan with several K chunks, at most 8 rows (one launch), no epilogue."""
+    return isinstance(p, V3Plan) and p.ks > 1 and R <= 8 and not glu and not p.pf
+
+
 def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None, defer=False):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
@@ -1442,7 +1448,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         raise ValueError("qgemv: ks > 1 needs a workspace ws [ks, R, out] float32")
     if p.xh and (p.pf or p.stages or p.kp > 1):
         raise ValueError("qgemv: bf16-only x (xh) takes the register-ring plans only")
-    if defer and (p.ks < 2 or R > 8 or glu or p.pf or ws is None or ws.shape != (p.ks, R, out)):
+    if defer and not (defer_ok(p, R, glu) and ws is not None and ws.shape == (p.ks, R, out)):
         raise ValueError(f"qgemv: a deferred completion needs ks > 1 (ks {p.ks}), at most 8 rows (R {R}), no "
                          f"epilogue, a register-ring plan and ws [ks, R, out] = {(p.ks, R, out)}")
     for r0 in range(0, R, 8):

@@ -683,14 +683,8 @@ class Runner:
             return
         sw = ent.get("sw")
         p = ent.get("plan")
-        if (defer and not prompt and sw and not glu and R <= 8 and isinstance(p, qgemv.V3Plan) and p.ks > 1
-                and not p.pf and defer_on() and norms.parts_ok(p.out) and self._norms_vec):
-            ws = self.buf.ws[:p.ks * R * p.out].reshape((p.ks, R, p.out))
-            qgemv.launch(ent["W"], ent["S"], ent["B"], x[:R], y[:R], p, R, ws=ws, stream=stream, cnt=self.buf.qcnt,
-                         defer=True)
-            self._dparts = ws
-            self.n_deferred += 1
-            return
+        dfr = bool(defer and not prompt and sw and self._norms_vec and defer_on() and qgemv.defer_ok(p, R, glu)
+                   and norms.parts_ok(p.out))
         if prompt and ent["kind"] == "affine" and R > 16:
             if sw:
                 gemm.launch_qgemm_swept(ent["W"], x[:R], y[:R], ent["bits"], ent["group"], sw[0], ent["out"],
@@ -704,7 +698,10 @@ class Runner:
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
             if sw:  # the plan has sw; a paired weight refuses a launch without the epilogue (qgemv.launch)
                 qgemv.launch(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], p, n, ws=ws, stream=stream,
-                             glu=glu, cnt=self.buf.qcnt)
+                             glu=glu, cnt=self.buf.qcnt, defer=dfr)
+                if dfr:  # one launch (R <= 8): its partial sums are _add_norm's input
+                    self._dparts = ws
+                    self.n_deferred += 1
             elif ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt)
