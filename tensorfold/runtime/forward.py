@@ -567,12 +567,21 @@ def sweepable(p, inp: int, bits: int, group: int) -> bool:
     return isinstance(p, qgemv.V3Plan) and p.u in (2, 4) and not p.pf and gemm.swept_ok(inp, bits, group)
 
 
-def defer_on() -> bool:
-    """``TENSORFOLD_GEMV_DEFER=1`` (read at each launch; off by default until measured): the output projections and
-    down on qgemv leave their K-chunk partial sums to the add + RMSNorm that reads them (``Runner._add_norm``),
-    which adds them in chunk order, so the GEMV skips its completion (fence, arrival count, second pass). The same
-    bits either way (``tests/kernels/test_sim_defer.py``)."""
-    return os.environ.get("TENSORFOLD_GEMV_DEFER", "0").strip() == "1"
+DEFER_AUTO_ROWS = 2  # TENSORFOLD_GEMV_DEFER=auto: defer in launches of at least this many rows
+
+
+def defer_on(rows: int) -> bool:
+    """Whether the output projections and down on qgemv leave their K-chunk partial sums to the add + RMSNorm that
+    reads them (``Runner._add_norm``), which adds them in chunk order, so the GEMV skips its completion (fence,
+    arrival count, second pass). The same bits either way (``tests/kernels/test_sim_defer.py``), so the choice may
+    depend on the row count. ``TENSORFOLD_GEMV_DEFER`` (read at each launch): "1" always, "0" never, "auto" (the
+    default) from DEFER_AUTO_ROWS rows.
+
+    Measured on the H200 (session 24, benchmarks/results/session24_2026-12-02.md), in-kernel -> deferred: 9B decode
+    334.1 -> 331.2 tok/s at 1 stream, 1,800.7 -> 1,890.2 at 8; 27B 126.9 -> 121.0 at 1, 641.2 -> 702.7 at 8. One
+    row loses (its add + RMSNorm reads ks partial rows on one block's critical path), eight rows gain."""
+    v = os.environ.get("TENSORFOLD_GEMV_DEFER", "auto").strip()
+    return v == "1" or (v == "auto" and rows >= DEFER_AUTO_ROWS)
 
 
 class Runner:
@@ -683,7 +692,7 @@ class Runner:
             return
         sw = ent.get("sw")
         p = ent.get("plan")
-        dfr = bool(defer and not prompt and sw and self._norms_vec and defer_on() and qgemv.defer_ok(p, R, glu)
+        dfr = bool(defer and not prompt and sw and self._norms_vec and defer_on(R) and qgemv.defer_ok(p, R, glu)
                    and norms.parts_ok(p.out))
         if prompt and ent["kind"] == "affine" and R > 16:
             if sw:
