@@ -285,12 +285,27 @@ def bench_chunked(model, L=8192):
     work = dr.chunk_workspace(L, Hk, Hv, D, D)
     segs = [_i32([0]), _i32([L]), _i32([0])]
 
-    def run(s):
-        dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s)
+    out = []
+    for tc in (0, 8, 16):  # inter pass: CUDA cores, tensor cores at 8 / 16 value columns a block
+        def run(s, tc=tc):
+            dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s,
+                              tc=tc)
 
-    sec, how = graph_time(run, reps=2, iters=3)
-    return [_res("gdn chunked prompt (prep+intra+inter)", model, f"L={L}", sec,
-                 L * (C * 4 + Hv * D * 4) + Hv * D * D * 8, _chunk_flops(L, Hv), how=how)]
+        sec, how = graph_time(run, reps=2, iters=3)
+        name = "gdn chunked prompt (prep+intra+inter" + (f", tc inter {tc})" if tc else ")")
+        out.append(_res(name, model, f"L={L}", sec, L * (C * 4 + Hv * D * 4) + Hv * D * D * 8,
+                        _chunk_flops(L, Hv), how=how))
+
+    def run_pi(s):  # prep + intra alone: what the inter pass adds is the difference
+        k = dr.k_prep[(min(L, 4096), Hk), dr.NT, s]
+        k(qkv, a, b, A_log, dt_bias, work["qn"], work["kn"], work["g"], work["beta"])
+        dr.k_chunk_intra[((L + dr.CH - 1) // dr.CH, Hv, 1), dr.NT, s](
+            work["qn"], work["kn"], qkv, work["g"], work["beta"], segs[0], segs[1], work["cum"], work["P"],
+            work["U"], work["W"])
+
+    sec, how = graph_time(run_pi, reps=2, iters=3)
+    out.append(_res("gdn chunked prep+intra only", model, f"L={L}", sec, None, None, how=how))
+    return out
 
 
 def bench_attention(model):

@@ -7,7 +7,7 @@ compile tier, ``tests/kernels/test_compile.py``, fails when one of those spills 
 chosen at import time.
 
 Modules (owner): _device, affine, embedding, norms, activations, sample, launch (part A);
-delta_rule, conv, attention, kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the
+delta_rule, delta_chunk_tc (the chunked inter pass on tensor cores), conv, attention, kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the
 bandwidth-oriented tensor-core decode GEMV).
 """
 
@@ -22,6 +22,7 @@ KERNEL_MODULES = (
     "activations",
     "sample",
     "delta_rule",
+    "delta_chunk_tc",
     "conv",
     "attention",
     "kv8",

@@ -57,7 +57,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from ._device import FULL_MASK, IS_SIM, devfn, pdl_begin, pdl_trigger, pdl_wait, warp_sum
-from . import _kcache
+from . import _kcache, delta_chunk_tc
 from .conv import silu32
 
 VS = 32  # value columns per block (one warp's lanes)
@@ -1134,13 +1134,28 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
         cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
 
 
+TC_DEFAULT = "0"  # TENSORFOLD_CHUNK_TC when unset
+
+
+def inter_tc(tc=None) -> int:
+    """Value columns a block of the tensor-core inter pass (``delta_chunk_tc``), 0 for the CUDA-core pass: ``tc``,
+    else ``TENSORFOLD_CHUNK_TC`` (read at each launch: "0", "8" or "16"), else TC_DEFAULT. Its widths give the same
+    bits as each other (an mma column depends on its own B column only), other bits than the CUDA-core pass."""
+    v = str(tc if tc is not None else (os.environ.get("TENSORFOLD_CHUNK_TC") or TC_DEFAULT)).strip()
+    if v not in ("0", "8", "16"):
+        raise ValueError(f"chunked inter pass: TENSORFOLD_CHUNK_TC {v!r} not one of 0, 8, 16")
+    return int(v)
+
+
 def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,
-                   stream=0, prep_blocks=None, inter=None):
+                   stream=0, prep_blocks=None, inter=None, tc=None):
     """Prompt path: prep (l2norm + gates) -> intra-chunk WY factors -> sequential inter-chunk pass.
 
     ``work`` = dict of scratch device arrays from :func:`chunk_workspace` (sized for R rows). The final state
-    of each segment is written to ``state[slot]`` (its initial value is the starting state). ``inter``: value
-    columns per inter-pass block (:func:`inter_width`; every width gives the same bits).
+    of each segment is written to ``state[slot]`` (its initial value is the starting state). ``tc``: the
+    tensor-core inter pass's width (:func:`inter_tc`; 0: the CUDA-core pass, whose ``inter``, value columns per
+    block, :func:`inter_width`, gives the same bits at every width). Dk not a multiple of 16 takes the CUDA-core
+    pass.
     """
     R = qkv.shape[0]
     Hv, Dv = state.shape[1], state.shape[3]
@@ -1151,6 +1166,11 @@ def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot
     nch = (max_rows_per_seg + CH - 1) // CH
     k_chunk_intra[(nch, Hv, nseg), NT, stream](work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0,
                                                seg_len, work["cum"], work["P"], work["U"], work["W"])
+    tw = inter_tc(tc)
+    if tw and delta_chunk_tc.tc_ok(work["qn"].shape[2]):
+        delta_chunk_tc.launch(work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0,
+                              seg_len, seg_slot, o, width=tw, stream=stream)
+        return
     w = inter_width(inter)
     _inter_kernel(w)[(nseg, Hv, (Dv + w - 1) // w), (w, NT // w), stream](
         work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0, seg_len, seg_slot, o)

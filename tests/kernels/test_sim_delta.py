@@ -187,7 +187,7 @@ def test_chunked_vs_reference(L):
     work = dr.chunk_workspace(L, Hk, Hv, Dk, Dv)
     dr.launch_chunked(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
                       cuda.to_device(dt_bias), st, _i32([0]), _i32([L]), _i32([slot]), o, work,
-                      max_rows_per_seg=L, prep_blocks=2)
+                      max_rows_per_seg=L, prep_blocks=2, tc=0)  # the tensor-core pass: test_sim_chunk_tc.py
     qn, kn, v, g, beta = _prep_ref(qkv, a, b, A_log, dt_bias)
     O_ref, S_ref = ops.delta_rule_recurrent(state[slot].astype(np.float64), qn.astype(np.float64),
                                             kn.astype(np.float64), v.astype(np.float64), g.astype(np.float64),

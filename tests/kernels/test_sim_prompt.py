@@ -49,7 +49,7 @@ def _run(L, segs, width, seed):
     slot = [s[2] for s in segs]
     dr.launch_chunked(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
                       cuda.to_device(dt_bias), st, _i32(row0), _i32(n), _i32(slot), o, work,
-                      max_rows_per_seg=max(n), prep_blocks=2, inter=width)
+                      max_rows_per_seg=max(n), prep_blocks=2, inter=width, tc=0)
     return (qkv, a, b, A_log, dt_bias, state), o.copy_to_host(), st.copy_to_host()
 
 
