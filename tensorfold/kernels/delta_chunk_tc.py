@@ -51,6 +51,8 @@ SKT = MAXDK // 16  # 16-row tiles of the largest state
 NTN = 2
 DKC = 128
 VSP = 24
+KB = 4  # k-tiles of W / Q̂ a load batch (min(4, DKC / 16))
+_KOFF = (0, 8, 4, 12)  # logical k of a lane's fragment values, after t: (t, t + 8) and (t + 4, t + 12)
 
 
 def _vsp(ntn: int) -> int:
@@ -77,23 +79,6 @@ def _split4(x00, x01, x10, x11, x02, x03, x12, x13):
     return h0, h1, h2, h3, l0, l1, l2, l3
 
 
-@devfn
-def _rowfrag(src, ra, rb, h, k0, t, oka, okb):
-    """The A fragment of rows ra (g) and rb (g + 8) of src[:, h, :] at columns k0 + (t, t + 8, t + 4, t + 12),
-    split; a row that is not ok reads as zeros (the loads themselves are unconditional, on clamped rows)."""
-    x00 = src[ra, h, k0 + t]
-    x01 = src[ra, h, k0 + t + 8]
-    x02 = src[ra, h, k0 + t + 4]
-    x03 = src[ra, h, k0 + t + 12]
-    x10 = src[rb, h, k0 + t]
-    x11 = src[rb, h, k0 + t + 8]
-    x12 = src[rb, h, k0 + t + 4]
-    x13 = src[rb, h, k0 + t + 12]
-    za = float32(1.0) if oka else float32(0.0)
-    zb = float32(1.0) if okb else float32(0.0)
-    return _split4(x00 * za, x01 * za, x10 * zb, x11 * zb, x02 * za, x03 * za, x12 * zb, x13 * zb)
-
-
 def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o):
     """Template of the tensor-core inter pass (variants fix NTN, DKC, VSP); arguments as ``gdn_chunk_inter``."""
     pdl_begin()
@@ -115,6 +100,10 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
     sacc = cuda.local.array((2, NTN, 4), float32)
     vacc = cuda.local.array((NTN, 4), float32)
     qacc = cuda.local.array((NTN, 4), float32)
+    xw = cuda.local.array((KB, 8), float32)  # a batch of W / Q̂ fragment values (rows g, g + 8 x 4 k offsets)
+    xq = cuda.local.array((KB, 8), float32)
+    xp = cuda.local.array((NTC, 8), float32)
+    xk = cuda.local.array((NTC, 8), float32)
     n_all = seg_len[seg]
     slot = seg_slot[seg]
     if n_all <= 0 or slot < 0:
@@ -167,27 +156,44 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
             for e in range(4):
                 vacc[nt, e] = float32(0.0)
                 qacc[nt, e] = float32(0.0)
-        # V' = U - W S and Q̂ S over Dk, 16 at a time
-        for kt in range(NKT):
-            wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3 = _rowfrag(Wm, ra, rb, hv, 16 * kt, t, oka, okb)
-            qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3 = _rowfrag(qn, ra, rb, kh, 16 * kt, t, oka, okb)
-            for nt in range(NTN):
-                bh0 = Sph[kt, t, 8 * nt + g]
-                bh1 = Sph[kt, t + 4, 8 * nt + g]
-                bl0 = Spl[kt, t, 8 * nt + g]
-                bl1 = Spl[kt, t + 4, 8 * nt + g]
-                d0, d1, d2, d3 = _mma3(wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3, bh0, bh1, bl0, bl1,
-                                       vacc[nt, 0], vacc[nt, 1], vacc[nt, 2], vacc[nt, 3])
-                vacc[nt, 0] = d0
-                vacc[nt, 1] = d1
-                vacc[nt, 2] = d2
-                vacc[nt, 3] = d3
-                d0, d1, d2, d3 = _mma3(qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3, bh0, bh1, bl0, bl1,
-                                       qacc[nt, 0], qacc[nt, 1], qacc[nt, 2], qacc[nt, 3])
-                qacc[nt, 0] = d0
-                qacc[nt, 1] = d1
-                qacc[nt, 2] = d2
-                qacc[nt, 3] = d3
+        # V' = U - W S and Q̂ S over Dk, 16 at a time; a batch's loads (KB k-tiles of W and Q̂) are issued
+        # together, then consumed: one memory round trip a batch instead of one a k-tile
+        for hb in range(NKT // KB):
+            for kk in range(KB):
+                k0 = 16 * (hb * KB + kk)
+                for e in range(4):
+                    ke = k0 + t + _KOFF[e]
+                    xw[kk, e] = Wm[ra, hv, ke]
+                    xw[kk, 4 + e] = Wm[rb, hv, ke]
+                    xq[kk, e] = qn[ra, kh, ke]
+                    xq[kk, 4 + e] = qn[rb, kh, ke]
+            for kk in range(KB):
+                kt = hb * KB + kk
+                za = float32(1.0) if oka else float32(0.0)
+                zb = float32(1.0) if okb else float32(0.0)
+                wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3 = _split4(
+                    xw[kk, 0] * za, xw[kk, 1] * za, xw[kk, 4] * zb, xw[kk, 5] * zb,
+                    xw[kk, 2] * za, xw[kk, 3] * za, xw[kk, 6] * zb, xw[kk, 7] * zb)
+                qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3 = _split4(
+                    xq[kk, 0] * za, xq[kk, 1] * za, xq[kk, 4] * zb, xq[kk, 5] * zb,
+                    xq[kk, 2] * za, xq[kk, 3] * za, xq[kk, 6] * zb, xq[kk, 7] * zb)
+                for nt in range(NTN):
+                    bh0 = Sph[kt, t, 8 * nt + g]
+                    bh1 = Sph[kt, t + 4, 8 * nt + g]
+                    bl0 = Spl[kt, t, 8 * nt + g]
+                    bl1 = Spl[kt, t + 4, 8 * nt + g]
+                    d0, d1, d2, d3 = _mma3(wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3, bh0, bh1, bl0, bl1,
+                                           vacc[nt, 0], vacc[nt, 1], vacc[nt, 2], vacc[nt, 3])
+                    vacc[nt, 0] = d0
+                    vacc[nt, 1] = d1
+                    vacc[nt, 2] = d2
+                    vacc[nt, 3] = d3
+                    d0, d1, d2, d3 = _mma3(qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3, bh0, bh1, bl0, bl1,
+                                           qacc[nt, 0], qacc[nt, 1], qacc[nt, 2], qacc[nt, 3])
+                    qacc[nt, 0] = d0
+                    qacc[nt, 1] = d1
+                    qacc[nt, 2] = d2
+                    qacc[nt, 3] = d3
         ea = ecs[min(i_a, n - 1)]
         eb = ecs[min(i_b, n - 1)]
         for nt in range(NTN):
@@ -209,17 +215,21 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                 qacc[nt, 2 + cc] = qacc[nt, 2 + cc] * eb
         cuda.syncthreads()  # (2) V' published
         # O = (e^c Q̂) S + P V' over the chunk's columns j <= i
+        for jt in range(NTC):  # P's tiles of this warp's rows, all loads first (masked below)
+            for e in range(4):
+                xp[jt, e] = P[ra, hv, 16 * jt + t + _KOFF[e]]
+                xp[jt, 4 + e] = P[rb, hv, 16 * jt + t + _KOFF[e]]
         for jt in range(NTC):
             if IS_SIM or jt <= w:
                 j = 16 * jt + t
-                p00 = P[ra, hv, j]
-                p01 = P[ra, hv, j + 8]
-                p02 = P[ra, hv, j + 4]
-                p03 = P[ra, hv, j + 12]
-                p10 = P[rb, hv, j]
-                p11 = P[rb, hv, j + 8]
-                p12 = P[rb, hv, j + 4]
-                p13 = P[rb, hv, j + 12]
+                p00 = xp[jt, 0]
+                p01 = xp[jt, 1]
+                p02 = xp[jt, 2]
+                p03 = xp[jt, 3]
+                p10 = xp[jt, 4]
+                p11 = xp[jt, 5]
+                p12 = xp[jt, 6]
+                p13 = xp[jt, 7]
                 if not (oka and j <= i_a):
                     p00 = float32(0.0)
                 if not (oka and j + 8 <= i_a):
@@ -265,6 +275,11 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                 for nt in range(NTN):
                     for e in range(4):
                         sacc[mi, nt, e] = sacc[mi, nt, e] * ecn
+                for jt in range(NTC):  # K̂ at rows j (every j-tile) and this tile's columns k: loads first
+                    for e in range(4):
+                        jr = r0 + min(16 * jt + t + _KOFF[e], n - 1)
+                        xk[jt, e] = kn[jr, kh, kr]
+                        xk[jt, 4 + e] = kn[jr, kh, kr8]
                 for jt in range(NTC):
                     j = 16 * jt + t
                     # A[k, j] = dec[j] K̂[r0 + j, k]: rows k (g, g + 8), columns j (t, t + 8, t + 4, t + 12)
@@ -272,13 +287,9 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                     s1 = decs[min(j + 8, n - 1)] if j + 8 < n else float32(0.0)
                     s2 = decs[min(j + 4, n - 1)] if j + 4 < n else float32(0.0)
                     s3 = decs[min(j + 12, n - 1)] if j + 12 < n else float32(0.0)
-                    j0r = r0 + min(j, n - 1)
-                    j1r = r0 + min(j + 8, n - 1)
-                    j2r = r0 + min(j + 4, n - 1)
-                    j3r = r0 + min(j + 12, n - 1)
                     kh0, kh1, kh2, kh3, kl0, kl1, kl2, kl3 = _split4(
-                        kn[j0r, kh, kr] * s0, kn[j1r, kh, kr] * s1, kn[j0r, kh, kr8] * s0, kn[j1r, kh, kr8] * s1,
-                        kn[j2r, kh, kr] * s2, kn[j3r, kh, kr] * s3, kn[j2r, kh, kr8] * s2, kn[j3r, kh, kr8] * s3)
+                        xk[jt, 0] * s0, xk[jt, 1] * s1, xk[jt, 4] * s0, xk[jt, 5] * s1,
+                        xk[jt, 2] * s2, xk[jt, 3] * s3, xk[jt, 6] * s2, xk[jt, 7] * s3)
                     for nt in range(NTN):
                         bh0 = Vph[jt, t, 8 * nt + g]
                         bh1 = Vph[jt, t + 4, 8 * nt + g]
@@ -316,7 +327,8 @@ TC_DKS = (16, 32, 64, 128)
 
 def _py(width: int, dk: int):
     ntn = width // 8
-    return _kcache.variant(gdn_chunk_inter_tc, f"gdn_chunk_inter_tc{width}_k{dk}", NTN=ntn, DKC=dk, VSP=_vsp(ntn))
+    return _kcache.variant(gdn_chunk_inter_tc, f"gdn_chunk_inter_tc{width}_k{dk}", NTN=ntn, DKC=dk, VSP=_vsp(ntn),
+                           KB=min(4, dk // 16))
 
 
 _K: dict = {}

@@ -1134,7 +1134,10 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
         cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
 
 
-TC_DEFAULT = "0"  # TENSORFOLD_CHUNK_TC when unset
+# TENSORFOLD_CHUNK_TC when unset: 16 on a GPU (session 24, 8,192 tokens of one layer, CUDA-core -> tensor-core
+# inter pass at 16 columns: 2B 7,989 -> 4,212 us, 27B 18,288 -> 7,524 us before the batched loads); the CUDA-core
+# pass in the simulator, where the simulated mma is slow (its own test: tests/kernels/test_sim_chunk_tc.py)
+TC_DEFAULT = "0" if IS_SIM else "16"
 
 
 def inter_tc(tc=None) -> int:
