@@ -46,6 +46,8 @@ Launch geometry
   S slice in shared memory; V' = U − W S, O = (e^c⊙Q̂) S + P V', S ← e^{c_n} S + (e^{c_n−c}⊙K̂)ᵀ V'. Writes
   the final state in place (prompts are committed). Each chunk is 3·Dk/32 + 2 tile stages; the next stage's tile
   is loaded into registers while the current one computes (software pipelining).
+- The same pass on tensor cores (``delta_chunk_tc``, the default on a GPU; :func:`inter_tc`) replaces
+  ``gdn_chunk_inter`` in :func:`launch_chunked` when Dk is a multiple of 16: other bits, about fp32 accuracy.
 """
 
 from __future__ import annotations
