@@ -286,13 +286,21 @@ def bench_chunked(model, L=8192):
     segs = [_i32([0]), _i32([L]), _i32([0])]
 
     out = []
-    for tc in (0, 8, 16):  # inter pass: CUDA cores, tensor cores at 8 / 16 value columns a block
-        def run(s, tc=tc):
+    # inter pass (CHUNK_TC, --tc): CUDA cores (0), tensor cores at 8 / 16 value columns a block, "16pf" with the L2
+    # prefetch of the next chunk; "pi" adds prep + intra alone
+    for spec in CHUNK_TC:
+        if spec == "pi":
+            continue
+        tc, pf = int(spec.replace("pf", "")), int(spec.endswith("pf"))
+        def run(s, tc=tc, pf=pf):
+            os.environ["TENSORFOLD_CHUNK_TC_PF"] = str(pf)
             dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s,
                               tc=tc)
 
         sec, how = graph_time(run, reps=2, iters=3)
-        name = "gdn chunked prompt (prep+intra+inter" + (f", tc inter {tc})" if tc else ")")
+        os.environ.pop("TENSORFOLD_CHUNK_TC_PF", None)
+        name = "gdn chunked prompt (prep+intra+inter" + (f", tc inter {tc}" if tc else "") + (", L2 prefetch" if pf
+                                                                                           else "") + ")"
         out.append(_res(name, model, f"L={L}", sec, L * (C * 4 + Hv * D * 4) + Hv * D * D * 8,
                         _chunk_flops(L, Hv), how=how))
 
@@ -303,9 +311,13 @@ def bench_chunked(model, L=8192):
             work["qn"], work["kn"], qkv, work["g"], work["beta"], segs[0], segs[1], work["cum"], work["P"],
             work["U"], work["W"])
 
-    sec, how = graph_time(run_pi, reps=2, iters=3)
-    out.append(_res("gdn chunked prep+intra only", model, f"L={L}", sec, None, None, how=how))
+    if "pi" in CHUNK_TC:
+        sec, how = graph_time(run_pi, reps=2, iters=3)
+        out.append(_res("gdn chunked prep+intra only", model, f"L={L}", sec, None, None, how=how))
     return out
+
+
+CHUNK_TC = ["0", "8", "16", "16pf", "pi"]
 
 
 def bench_attention(model):
@@ -433,14 +445,18 @@ def main():
     ap.add_argument("--models", default="2B,9B,27B")
     ap.add_argument("--only", default="gdn,chunked,attention,fla")
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining entries after this many seconds")
+    ap.add_argument("--tc", default=",".join(CHUNK_TC),
+                    help="chunked entry's inter passes: 0 (CUDA cores), 8, 16, 16pf (L2 prefetch), pi (prep + intra)")
     args = ap.parse_args()
+    CHUNK_TC[:] = args.tc.split(",")
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = args.out or os.path.join(ROOT, "benchmarks", "results", f"kernels_b_{day}.md")
     head = (f"# Kernel benchmarks, issue 3 part B ({day})\n\n"
             f"- GPU: {name}, commit {os.environ.get('TF_COMMIT', '?')}\n"
-            f"- command: `python benchmarks/bench_kernels_b.py --models {args.models} --only {args.only}`\n"
+            f"- command: `python benchmarks/bench_kernels_b.py --models {args.models} --only {args.only} "
+            f"--tc {args.tc}`\n"
             f"- timed inside captured CUDA graphs (20 launches a graph, 10 replays; chunked: 2 x 3); "
             f"copy rate {COPY_GBS:.0f} GB/s\n\n{HEADER}\n")
     t0 = time.time()
