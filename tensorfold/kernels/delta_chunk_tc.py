@@ -81,6 +81,7 @@ NTC = CH // 16  # 16-row tiles of a chunk
 SKT = MAXDK // 16  # 16-row tiles of the largest state
 # template globals, overridden per variant (_kcache.variant): n-tiles of 8 value columns, Dk, packed row stride
 NTN = 2
+NSA = 4  # 2 NTN: a warp's state accumulator fragments (2 tiles of Dk x NTN n-tiles)
 DKC = 128
 VSP = 24
 KB = 4  # k-tiles of W / Q̂ a load batch (min(4, DKC / 16))
@@ -100,6 +101,17 @@ def _mma3(h0, h1, h2, h3, l0, l1, l2, l3, bh0, bh1, bl0, bl1, c0, c1, c2, c3):
     c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, bh0, bh1, c0, c1, c2, c3)
     c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, bl0, bl1, c0, c1, c2, c3)
     return mma_bf16(h0, h1, h2, h3, bh0, bh1, c0, c1, c2, c3)
+
+
+@devfn
+def _acc_mma3(acc, r, h0, h1, h2, h3, l0, l1, l2, l3, bh0, bh1, bl0, bl1):
+    """acc[r, 0:4] += A B (:func:`_mma3`), in place: acc is a local [rows, 4] array of accumulator fragments."""
+    d0, d1, d2, d3 = _mma3(h0, h1, h2, h3, l0, l1, l2, l3, bh0, bh1, bl0, bl1, acc[r, 0], acc[r, 1], acc[r, 2],
+                           acc[r, 3])
+    acc[r, 0] = d0
+    acc[r, 1] = d1
+    acc[r, 2] = d2
+    acc[r, 3] = d3
 
 
 @devfn
@@ -130,7 +142,7 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
     Vpl = cuda.shared.array((NTC, 8, VSP), np.uint32)
     ecs = cuda.shared.array(CH, float32)
     decs = cuda.shared.array(CH, float32)
-    sacc = cuda.local.array((2, NTN, 4), float32)
+    sacc = cuda.local.array((NSA, 4), float32)  # state tiles mi = 0, 1 x n-tiles
     vacc = cuda.local.array((NTN, 4), float32)
     qacc = cuda.local.array((NTN, 4), float32)
     xw = cuda.local.array((KB, 8), float32)  # a batch of W / Q̂ fragment values (rows g, g + 8 x 4 k offsets)
@@ -162,8 +174,8 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                     if not ok:
                         va = float32(0.0)
                         vb = float32(0.0)
-                    sacc[mi, nt, cc] = va
-                    sacc[mi, nt, 2 + cc] = vb
+                    sacc[mi * NTN + nt, cc] = va
+                    sacc[mi * NTN + nt, 2 + cc] = vb
                     if mt < NKT:
                         hi, lo = split_bf16x2(va, vb)
                         Sph[mt, g, 8 * nt + 2 * t + cc] = hi
@@ -235,18 +247,8 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                     bh1 = Sph[kt, t + 4, 8 * nt + g]
                     bl0 = Spl[kt, t, 8 * nt + g]
                     bl1 = Spl[kt, t + 4, 8 * nt + g]
-                    d0, d1, d2, d3 = _mma3(wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3, bh0, bh1, bl0, bl1,
-                                           vacc[nt, 0], vacc[nt, 1], vacc[nt, 2], vacc[nt, 3])
-                    vacc[nt, 0] = d0
-                    vacc[nt, 1] = d1
-                    vacc[nt, 2] = d2
-                    vacc[nt, 3] = d3
-                    d0, d1, d2, d3 = _mma3(qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3, bh0, bh1, bl0, bl1,
-                                           qacc[nt, 0], qacc[nt, 1], qacc[nt, 2], qacc[nt, 3])
-                    qacc[nt, 0] = d0
-                    qacc[nt, 1] = d1
-                    qacc[nt, 2] = d2
-                    qacc[nt, 3] = d3
+                    _acc_mma3(vacc, nt, wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3, bh0, bh1, bl0, bl1)
+                    _acc_mma3(qacc, nt, qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3, bh0, bh1, bl0, bl1)
         ea = ecs[min(i_a, n - 1)]
         eb = ecs[min(i_b, n - 1)]
         for nt in range(NTN):
@@ -305,12 +307,7 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                     bh1 = Vph[jt, t + 4, 8 * nt + g]
                     bl0 = Vpl[jt, t, 8 * nt + g]
                     bl1 = Vpl[jt, t + 4, 8 * nt + g]
-                    d0, d1, d2, d3 = _mma3(ph0, ph1, ph2, ph3, pl0, pl1, pl2, pl3, bh0, bh1, bl0, bl1,
-                                           qacc[nt, 0], qacc[nt, 1], qacc[nt, 2], qacc[nt, 3])
-                    qacc[nt, 0] = d0
-                    qacc[nt, 1] = d1
-                    qacc[nt, 2] = d2
-                    qacc[nt, 3] = d3
+                    _acc_mma3(qacc, nt, ph0, ph1, ph2, ph3, pl0, pl1, pl2, pl3, bh0, bh1, bl0, bl1)
         for nt in range(NTN):
             for cc in range(2):
                 col = n0 + 8 * nt + 2 * t + cc
@@ -327,7 +324,7 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                 kr8 = min(16 * mt + g + 8, DKC - 1)
                 for nt in range(NTN):
                     for e in range(4):
-                        sacc[mi, nt, e] = sacc[mi, nt, e] * ecn
+                        sacc[mi * NTN + nt, e] = sacc[mi * NTN + nt, e] * ecn
                 for jt in range(NTC):  # K̂ at rows j (every j-tile) and this tile's columns k: loads first
                     for e in range(4):
                         jr = r0 + min(16 * jt + t + _KOFF[e], n - 1)
@@ -348,19 +345,14 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                         bh1 = Vph[jt, t + 4, 8 * nt + g]
                         bl0 = Vpl[jt, t, 8 * nt + g]
                         bl1 = Vpl[jt, t + 4, 8 * nt + g]
-                        d0, d1, d2, d3 = _mma3(kh0, kh1, kh2, kh3, kl0, kl1, kl2, kl3, bh0, bh1, bl0, bl1,
-                                               sacc[mi, nt, 0], sacc[mi, nt, 1], sacc[mi, nt, 2], sacc[mi, nt, 3])
-                        sacc[mi, nt, 0] = d0
-                        sacc[mi, nt, 1] = d1
-                        sacc[mi, nt, 2] = d2
-                        sacc[mi, nt, 3] = d3
+                        _acc_mma3(sacc, mi * NTN + nt, kh0, kh1, kh2, kh3, kl0, kl1, kl2, kl3, bh0, bh1, bl0, bl1)
         cuda.syncthreads()  # (3) every warp is done reading S's packed copy (products) and V' (P V', update)
         for mi in range(2):
             mt = w + 4 * mi
             if mt < NKT:
                 for nt in range(NTN):
                     for cc in range(2):
-                        hi, lo = split_bf16x2(sacc[mi, nt, cc], sacc[mi, nt, 2 + cc])
+                        hi, lo = split_bf16x2(sacc[mi * NTN + nt, cc], sacc[mi * NTN + nt, 2 + cc])
                         Sph[mt, g, 8 * nt + 2 * t + cc] = hi
                         Spl[mt, g, 8 * nt + 2 * t + cc] = lo
     for mi in range(2):
@@ -370,8 +362,8 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                 for cc in range(2):
                     col = n0 + 8 * nt + 2 * t + cc
                     if col < Dv:
-                        state[slot, hv, 16 * mt + g, col] = sacc[mi, nt, cc]
-                        state[slot, hv, 16 * mt + g + 8, col] = sacc[mi, nt, 2 + cc]
+                        state[slot, hv, 16 * mt + g, col] = sacc[mi * NTN + nt, cc]
+                        state[slot, hv, 16 * mt + g + 8, col] = sacc[mi * NTN + nt, 2 + cc]
 
 
 TC_WIDTHS = (8, 16)  # value columns a block (8 NTN)
@@ -381,7 +373,7 @@ TC_DKS = (16, 32, 64, 128)
 def _py(width: int, dk: int, pf: int = 0):
     ntn = width // 8
     return _kcache.variant(gdn_chunk_inter_tc, f"gdn_chunk_inter_tc{width}_k{dk}" + ("_pf" if pf else ""), NTN=ntn,
-                           DKC=dk, VSP=_vsp(ntn), KB=min(4, dk // 16), PF=pf)
+                           DKC=dk, VSP=_vsp(ntn), KB=min(4, dk // 16), PF=pf, NSA=2 * ntn)
 
 
 _K: dict = {}
