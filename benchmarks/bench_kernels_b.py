@@ -286,21 +286,23 @@ def bench_chunked(model, L=8192):
     segs = [_i32([0]), _i32([L]), _i32([0])]
 
     out = []
-    # inter pass (CHUNK_TC, --tc): CUDA cores (0), tensor cores at 8 / 16 value columns a block, "16pf" with the L2
-    # prefetch of the next chunk; "pi" adds prep + intra alone
+    # inter pass (CHUNK_TC, --tc): CUDA cores (0), tensor cores at 8 / 16 value columns a block; suffix "pf": the L2
+    # prefetch of the next chunk, "i": the intra pass on tensor cores; "pi" adds prep + intra alone
     for spec in CHUNK_TC:
         if spec == "pi":
             continue
-        tc, pf = int(spec.replace("pf", "")), int(spec.endswith("pf"))
-        def run(s, tc=tc, pf=pf):
+        tc = int(spec.replace("pf", "").replace("i", ""))
+        pf, itc = int("pf" in spec), spec.endswith("i")
+
+        def run(s, tc=tc, pf=pf, itc=itc):
             os.environ["TENSORFOLD_CHUNK_TC_PF"] = str(pf)
             dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s,
-                              tc=tc)
+                              tc=tc, intra_tc=itc)
 
         sec, how = graph_time(run, reps=2, iters=3)
         os.environ.pop("TENSORFOLD_CHUNK_TC_PF", None)
-        name = "gdn chunked prompt (prep+intra+inter" + (f", tc inter {tc}" if tc else "") + (", L2 prefetch" if pf
-                                                                                           else "") + ")"
+        name = ("gdn chunked prompt (prep+intra+inter" + (f", tc inter {tc}" if tc else "")
+                + (", L2 prefetch" if pf else "") + (", tc intra" if itc else "") + ")")
         out.append(_res(name, model, f"L={L}", sec, L * (C * 4 + Hv * D * 4) + Hv * D * D * 8,
                         _chunk_flops(L, Hv), how=how))
 
@@ -317,7 +319,7 @@ def bench_chunked(model, L=8192):
     return out
 
 
-CHUNK_TC = ["0", "8", "16", "16pf", "pi"]
+CHUNK_TC = ["0", "8", "16", "16pf", "16i", "16pfi", "pi"]
 
 
 def bench_attention(model):
@@ -446,7 +448,8 @@ def main():
     ap.add_argument("--only", default="gdn,chunked,attention,fla")
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining entries after this many seconds")
     ap.add_argument("--tc", default=",".join(CHUNK_TC),
-                    help="chunked entry's inter passes: 0 (CUDA cores), 8, 16, 16pf (L2 prefetch), pi (prep + intra)")
+                    help="chunked entry's passes: 0 (CUDA cores), 8, 16, suffix pf (L2 prefetch), i (tc intra); pi "
+                         "(prep + intra alone)")
     args = ap.parse_args()
     CHUNK_TC[:] = args.tc.split(",")
     dev = cuda.get_current_device()

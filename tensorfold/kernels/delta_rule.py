@@ -59,7 +59,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from ._device import FULL_MASK, IS_SIM, devfn, pdl_begin, pdl_trigger, pdl_wait, warp_sum
-from . import _kcache, delta_chunk_tc
+from . import _kcache, delta_chunk_tc, delta_intra_tc
 from .conv import silu32
 
 VS = 32  # value columns per block (one warp's lanes)
@@ -1153,14 +1153,15 @@ def inter_tc(tc=None) -> int:
 
 
 def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,
-                   stream=0, prep_blocks=None, inter=None, tc=None):
+                   stream=0, prep_blocks=None, inter=None, tc=None, intra_tc=None):
     """Prompt path: prep (l2norm + gates) -> intra-chunk WY factors -> sequential inter-chunk pass.
 
     ``work`` = dict of scratch device arrays from :func:`chunk_workspace` (sized for R rows). The final state
     of each segment is written to ``state[slot]`` (its initial value is the starting state). ``tc``: the
     tensor-core inter pass's width (:func:`inter_tc`; 0: the CUDA-core pass, whose ``inter``, value columns per
     block, :func:`inter_width`, gives the same bits at every width). Dk not a multiple of 16 takes the CUDA-core
-    pass.
+    pass. ``intra_tc`` (else ``TENSORFOLD_CHUNK_INTRA_TC=1``; off by default, not yet measured): the intra pass on
+    tensor cores (``delta_intra_tc``; other bits).
     """
     R = qkv.shape[0]
     Hv, Dv = state.shape[1], state.shape[3]
@@ -1169,8 +1170,12 @@ def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot
     pb = prep_blocks or max(1, min(R, 4096))
     k_prep[(pb, Hk), NT, stream](qkv, a, b, A_log, dt_bias, work["qn"], work["kn"], work["g"], work["beta"])
     nch = (max_rows_per_seg + CH - 1) // CH
-    k_chunk_intra[(nch, Hv, nseg), NT, stream](work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0,
-                                               seg_len, work["cum"], work["P"], work["U"], work["W"])
+    if (delta_intra_tc.on() if intra_tc is None else intra_tc) and delta_intra_tc.ok(work["qn"].shape[2]):
+        delta_intra_tc.launch(work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0, seg_len, work["cum"],
+                              work["P"], work["U"], work["W"], nch=nch, stream=stream)
+    else:
+        k_chunk_intra[(nch, Hv, nseg), NT, stream](work["qn"], work["kn"], qkv, work["g"], work["beta"], seg_row0,
+                                                   seg_len, work["cum"], work["P"], work["U"], work["W"])
     tw = inter_tc(tc)
     if tw and delta_chunk_tc.tc_ok(work["qn"].shape[2]):
         delta_chunk_tc.launch(work["qn"], work["kn"], work["cum"], work["P"], work["U"], work["W"], state, seg_row0,

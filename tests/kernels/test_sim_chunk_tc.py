@@ -1,6 +1,7 @@
-"""Simulator tier for the chunked delta rule's tensor-core inter pass (``delta_chunk_tc``): against a float64
-recurrence (``reference.ops.delta_rule_recurrent``) on fresh random inputs, its two widths giving the same bits, and
-a segment's rows and state the same bits alone and beside another segment. Tolerance: 1e-4 absolute and relative,
+"""Simulator tier for the chunked delta rule's tensor-core passes (inter: ``delta_chunk_tc``; intra:
+``delta_intra_tc``): against a float64 recurrence (``reference.ops.delta_rule_recurrent``) on fresh random inputs,
+the inter pass's two widths giving the same bits, and a segment's rows and state the same bits alone and beside
+another segment. Tolerance: 1e-4 absolute and relative,
 as the CUDA-core pass's test (the hi + lo bf16 splits carry about 2^-16 of each product)."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _inputs(rng, L, Dk):
     return qkv, a, b, A_log, dt_bias
 
 
-def _run(inp, state, segs, tc, Dk):
+def _run(inp, state, segs, tc, Dk, intra_tc=False):
     qkv, a, b, A_log, dt_bias = inp
     L = qkv.shape[0]
     st = cuda.to_device(state.copy())
@@ -38,7 +39,7 @@ def _run(inp, state, segs, tc, Dk):
     n = [s[1] for s in segs]
     dr.launch_chunked(cuda.to_device(qkv), cuda.to_device(a), cuda.to_device(b), cuda.to_device(A_log),
                       cuda.to_device(dt_bias), st, _i32([s[0] for s in segs]), _i32(n), _i32([s[2] for s in segs]),
-                      o, work, max_rows_per_seg=max(n), prep_blocks=2, tc=tc)
+                      o, work, max_rows_per_seg=max(n), prep_blocks=2, tc=tc, intra_tc=intra_tc)
     return o.copy_to_host(), st.copy_to_host()
 
 
@@ -88,3 +89,24 @@ def test_tc_switch(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_CHUNK_TC", "12")
     with pytest.raises(ValueError, match="TENSORFOLD_CHUNK_TC"):
         dr.inter_tc()
+
+
+def test_tc_intra_vs_recurrence_and_neighbours():
+    """The intra pass on tensor cores (with the CUDA-core inter pass, the faster one here): two segments against
+    the float64 recurrence, and the 5-row segment alone == beside the 70-row one, bit for bit."""
+    Dk = 16
+    rng = np.random.default_rng(77)
+    L = 75
+    inp = _inputs(rng, L, Dk)
+    state = (rng.standard_normal((3, Hv, Dk, Dv)) * 0.3).astype(np.float32)
+    segs = [(0, 70, 2), (70, 5, 0)]
+    o, s = _run(inp, state, segs, 0, Dk, intra_tc=True)
+    assert not np.isnan(o).any()
+    for r0, n, slot in segs:
+        O_ref, S_ref = _ref(inp, state[slot], r0, n, Dk)
+        np.testing.assert_allclose(o[r0:r0 + n], O_ref, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(s[slot], S_ref, rtol=1e-4, atol=1e-4)
+    inp5 = tuple(x[70:] if x.ndim == 2 else x for x in inp)
+    o5, s5 = _run(inp5, state, [(0, 5, 0)], 0, Dk, intra_tc=True)
+    assert np.array_equal(o5.view(np.uint32), o[70:].view(np.uint32))
+    assert np.array_equal(s5[0].view(np.uint32), s[0].view(np.uint32))
