@@ -7,8 +7,9 @@ compile tier, ``tests/kernels/test_compile.py``, fails when one of those spills 
 chosen at import time.
 
 Modules (owner): _device, affine, embedding, norms, activations, sample, launch (part A);
-delta_rule, delta_chunk_tc / delta_intra_tc (the chunked inter / intra passes on tensor cores), conv, attention, kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the
-bandwidth-oriented tensor-core decode GEMV).
+delta_rule, delta_chunk_tc / delta_intra_tc (the chunked inter / intra passes on tensor cores), conv,
+attention, kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the bandwidth-oriented tensor-core decode
+GEMV).
 """
 
 KERNEL_MODULES = (

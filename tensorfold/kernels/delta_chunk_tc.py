@@ -115,6 +115,13 @@ def _acc_mma3(acc, r, h0, h1, h2, h3, l0, l1, l2, l3, bh0, bh1, bl0, bl1):
 
 
 @devfn
+def _bpacked(Xh, Xl, i, col, t):
+    """The B fragment (hi b0, b1, lo b0, b1) of column ``col`` from packed arrays ``X[i, r, col]`` (r: the pair of
+    rows r, r + 8 of a 16-row tile): logical k (t, t + 8) and (t + 4, t + 12)."""
+    return Xh[i, t, col], Xh[i, t + 4, col], Xl[i, t, col], Xl[i, t + 4, col]
+
+
+@devfn
 def _split4(x00, x01, x10, x11, x02, x03, x12, x13):
     """A fragment (a0..a3 = rows g / g + 8 x logical k pairs (t, t + 8) / (t + 4, t + 12)) split into hi and lo."""
     h0, l0 = split_bf16x2(x00, x01)
@@ -243,10 +250,7 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                     xq[kk, 0] * za, xq[kk, 1] * za, xq[kk, 4] * zb, xq[kk, 5] * zb,
                     xq[kk, 2] * za, xq[kk, 3] * za, xq[kk, 6] * zb, xq[kk, 7] * zb)
                 for nt in range(NTN):
-                    bh0 = Sph[kt, t, 8 * nt + g]
-                    bh1 = Sph[kt, t + 4, 8 * nt + g]
-                    bl0 = Spl[kt, t, 8 * nt + g]
-                    bl1 = Spl[kt, t + 4, 8 * nt + g]
+                    bh0, bh1, bl0, bl1 = _bpacked(Sph, Spl, kt, 8 * nt + g, t)
                     _acc_mma3(vacc, nt, wh0, wh1, wh2, wh3, wl0, wl1, wl2, wl3, bh0, bh1, bl0, bl1)
                     _acc_mma3(qacc, nt, qh0, qh1, qh2, qh3, ql0, ql1, ql2, ql3, bh0, bh1, bl0, bl1)
         ea = ecs[min(i_a, n - 1)]
@@ -303,10 +307,7 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                     p13 = float32(0.0)
                 ph0, ph1, ph2, ph3, pl0, pl1, pl2, pl3 = _split4(p00, p01, p10, p11, p02, p03, p12, p13)
                 for nt in range(NTN):
-                    bh0 = Vph[jt, t, 8 * nt + g]
-                    bh1 = Vph[jt, t + 4, 8 * nt + g]
-                    bl0 = Vpl[jt, t, 8 * nt + g]
-                    bl1 = Vpl[jt, t + 4, 8 * nt + g]
+                    bh0, bh1, bl0, bl1 = _bpacked(Vph, Vpl, jt, 8 * nt + g, t)
                     _acc_mma3(qacc, nt, ph0, ph1, ph2, ph3, pl0, pl1, pl2, pl3, bh0, bh1, bl0, bl1)
         for nt in range(NTN):
             for cc in range(2):
@@ -341,10 +342,7 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
                         xk[jt, 0] * s0, xk[jt, 1] * s1, xk[jt, 4] * s0, xk[jt, 5] * s1,
                         xk[jt, 2] * s2, xk[jt, 3] * s3, xk[jt, 6] * s2, xk[jt, 7] * s3)
                     for nt in range(NTN):
-                        bh0 = Vph[jt, t, 8 * nt + g]
-                        bh1 = Vph[jt, t + 4, 8 * nt + g]
-                        bl0 = Vpl[jt, t, 8 * nt + g]
-                        bl1 = Vpl[jt, t + 4, 8 * nt + g]
+                        bh0, bh1, bl0, bl1 = _bpacked(Vph, Vpl, jt, 8 * nt + g, t)
                         _acc_mma3(sacc, mi * NTN + nt, kh0, kh1, kh2, kh3, kl0, kl1, kl2, kl3, bh0, bh1, bl0, bl1)
         cuda.syncthreads()  # (3) every warp is done reading S's packed copy (products) and V' (P V', update)
         for mi in range(2):

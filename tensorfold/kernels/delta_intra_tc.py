@@ -30,7 +30,7 @@ from numba import cuda, float32
 
 from ._device import IS_SIM, pdl_begin
 from ._mma import split_bf16x2
-from .delta_chunk_tc import _acc_mma3, _split4
+from .delta_chunk_tc import _acc_mma3, _bpacked, _split4
 from . import _kcache
 
 CH = 64
@@ -168,11 +168,10 @@ def gdn_chunk_intra_tc(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
                     for h in range(2):
                         i = ia + 8 * h
                         ir = r0 + min(i, n - 1)
-                        colv = min(col, Dv - 1)
-                        colk = min(max(col - Dv, 0), DKC - 1)
-                        vv = beta[ir, hv] * qkv[ir, voff + colv]
-                        kv = beta[ir, hv] * float32(math.exp(cs[min(i, n - 1)])) * kn[ir, kh, colk]
-                        x = vv if col < Dv else kv
+                        if col < Dv:
+                            x = beta[ir, hv] * qkv[ir, voff + col]
+                        else:
+                            x = beta[ir, hv] * float32(math.exp(cs[min(i, n - 1)])) * kn[ir, kh, min(col - Dv, DKC - 1)]
                         if i >= n or col >= ncol:
                             x = float32(0.0)
                         acc[nt, 2 * h + cc] = x
@@ -183,9 +182,8 @@ def gdn_chunk_intra_tc(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
                     a[4 + e] = -As[ib, 16 * jb + t + _KOFF[e]]
                 ah0, ah1, ah2, ah3, al0, al1, al2, al3 = _split4(a[0], a[1], a[4], a[5], a[2], a[3], a[6], a[7])
                 for nt in range(2):
-                    cb = cl0 + 8 * nt + gq
-                    _acc_mma3(acc, nt, ah0, ah1, ah2, ah3, al0, al1, al2, al3, Xph[jb, t, cb], Xph[jb, t + 4, cb],
-                              Xpl[jb, t, cb], Xpl[jb, t + 4, cb])
+                    bh0, bh1, bl0, bl1 = _bpacked(Xph, Xpl, jb, cl0 + 8 * nt + gq, t)
+                    _acc_mma3(acc, nt, ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1)
             for nt in range(2):
                 for cc in range(2):
                     hi, lo = split_bf16x2(acc[nt, cc], acc[nt, 2 + cc])
