@@ -7,7 +7,7 @@
 # 2. bench_kernels_b chunked at 8,192 tokens: tc 16, + L2 prefetch, + tc intra, both; prep + intra alone.
 #    Predictions: prefetch: 2B inter pass 1,500 -> 600-900 us if its ~12 us a chunk are DRAM round trips (no change
 #    if they are barriers and mma chains). tc intra: prep + intra 2,356 -> about 600-900 us at 2B (Gram products
-#    and the blocked solve on mma; 216 registers, so 2 blocks an SM).
+#    and the blocked solve on mma; 203 registers, so 2 blocks an SM).
 # 3. 2B prompt 4,096 tokens: default vs both on.
 . benchmarks/_dec.sh
 out_dir s25a
