@@ -112,14 +112,23 @@ def profile_step(be, n, log, reps=20):
     """Per-kernel GPU time of one decode step of ``n`` streams: the step runs once eagerly (same launches as its
     graph) while every launch is recorded; each recorded launch is then replayed ``reps`` times inside its own
     CUDA graph and timed with events (us per launch, graph-replay floor about 1-2 us included)."""
-    import numba.cuda.dispatcher as D
-    from numba import cuda
-
     from tensorfold.kernels._device import IS_SIM
 
     if IS_SIM:
         log("  profile: GPU only (the simulator has no launch configurations to record)")
         return {}
+    V = be.vocab_size
+    slots = [be.new_slot() for _ in range(n)]
+    rec = _record(be, lambda: be.graphs.step(slots, [1] * n, [0] * n, _sample_rows([0] * n, V)))
+    for s in slots:
+        be.free(s)
+    return _time_recorded(be, rec, log, f"{n} stream(s)", reps)
+
+
+def _record(be, fn):
+    """The kernel launches ``fn()`` makes, run eagerly (graphs off): [(dispatcher, grid, block, shared, args)]."""
+    import numba.cuda.dispatcher as D
+
     rec = []
     orig = D._LaunchConfiguration.__call__
 
@@ -127,37 +136,53 @@ def profile_step(be, n, log, reps=20):
         rec.append((self.dispatcher, self.griddim, self.blockdim, self.sharedmem, args))
         return orig(self, *args)
 
-    V = be.vocab_size
-    slots = [be.new_slot() for _ in range(n)]
     was = be.graphs.use_graphs
     D._LaunchConfiguration.__call__ = spy
     be.graphs.use_graphs = False
     try:
-        be.graphs.step(slots, [1] * n, [0] * n, _sample_rows([0] * n, V))
+        fn()
     finally:
         D._LaunchConfiguration.__call__ = orig
         be.graphs.use_graphs = was
-    for s in slots:
-        be.free(s)
-    agg = {}
-    if not IS_SIM:
-        from cuda.core import Device
+    return rec
 
-        dev = Device()
-        dev.set_current()
-        cs = dev.create_stream(be.stream)
+
+def profile_prompt(be, L, log, reps=5):
+    """Per-kernel GPU time of one prompt of ``L`` tokens (a fresh slot, eager), as :func:`profile_step` does for a
+    step: each recorded launch replayed ``reps`` times in its own graph (state-writing launches rewrite their
+    outputs; only their time is kept)."""
+    from tensorfold.kernels._device import IS_SIM
+
+    if IS_SIM:
+        log("  profile: GPU only (the simulator has no launch configurations to record)")
+        return {}
+    rng = np.random.default_rng(5)
+    ids = [int(x) for x in rng.integers(0, min(be.vocab_size, 240000), L)]
+    s = be.new_slot()
+    rec = _record(be, lambda: be.prefill(s, ids, 0, want_logits=True))
+    be.free(s)
+    return _time_recorded(be, rec, log, f"prompt of {L} tokens", reps)
+
+
+def _time_recorded(be, rec, log, what, reps):
+    """Each recorded launch timed alone (:func:`graph_time`), summed by kernel name and logged."""
+    from cuda.core import Device
+
+    agg = {}
+    dev = Device()
+    dev.set_current()
+    cs = dev.create_stream(be.stream)
     for disp, g, b, sm, args in rec:
         name = disp.py_func.__name__
         us = 0.0
-        if not IS_SIM:
-            try:
-                us = graph_time([(disp, g, b, sm, args)], be, reps, cs)
-            except Exception as e:  # noqa: BLE001
-                log(f"  profile: {name} not timed ({type(e).__name__}: {e})")
+        try:
+            us = graph_time([(disp, g, b, sm, args)], be, reps, cs)
+        except Exception as e:  # noqa: BLE001
+            log(f"  profile: {name} not timed ({type(e).__name__}: {e})")
         c, t = agg.get(name, (0, 0.0))
         agg[name] = (c + 1, t + us)
     total = sum(t for _, t in agg.values())
-    log(f"  profile, {n} stream(s): {len(rec)} launches, sum of per-kernel times {total:.0f} us")
+    log(f"  profile, {what}: {len(rec)} launches, sum of per-kernel times {total:.0f} us")
     for name, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
         log(f"    {name:44s} x{c:4d} {t:9.1f} us  {100 * t / max(total, 1e-9):5.1f} %")
     return agg
@@ -249,7 +274,7 @@ def host_split(be, n, steps, log, rng, decode_prompt=32, tag=""):
 
 
 def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32, profile=(),
-                   split=False):
+                   split=False, profile_prompts=()):
     from tensorfold.model.checkpoint import load_checkpoint
     from tensorfold.runtime.backend import CudaBackend
     from tensorfold.runtime.caches import plan_caches
@@ -277,6 +302,8 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     rows = []
     for n in profile:
         profile_step(be, n, log)
+    for L in profile_prompts:
+        profile_prompt(be, L, log)
     if split:
         for n in streams:
             res = host_split(be, n, steps, log, rng, decode_prompt, tag=f"[{geom}] ")
@@ -502,6 +529,7 @@ def main(argv=None):
     ap.add_argument("--prompts", default="512,4096,16384")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--profile", default="", help="stream counts to profile per kernel first, e.g. '1,8'")
+    ap.add_argument("--profile-prompt", default="", help="prompt lengths to profile per kernel first, e.g. '4096'")
     ap.add_argument("--decode-prompt", type=int, default=32, help="prompt tokens per stream before decoding")
     ap.add_argument("--prompt-rows", type=int, default=4096)
     ap.add_argument("--out", default=None)
@@ -570,7 +598,8 @@ def main(argv=None):
             rows, wbytes = bench_geometry(g, a.root, streams, prompts, a.steps, a.prompt_rows, bw, log,
                                          decode_prompt=a.decode_prompt,
                                          profile=[int(x) for x in a.profile.split(",") if x],
-                                         split=a.host_split)
+                                         split=a.host_split,
+                                         profile_prompts=[int(x) for x in a.profile_prompt.split(",") if x])
         table += [(g,) + r for r in rows]
         if a.peer:
             table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,

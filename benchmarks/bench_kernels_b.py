@@ -31,6 +31,7 @@ from numba import cuda  # noqa: E402
 from tensorfold.kernels import attention as katt  # noqa: E402
 from tensorfold.kernels import compact, conv  # noqa: E402
 from tensorfold.kernels import delta_rule as dr  # noqa: E402
+from tensorfold.kernels import delta_intra_tc  # noqa: E402
 from tensorfold.kernels import kv8 as kkv8  # noqa: E402
 
 MODELS = {  # Hk, Hv, nH, nKV
@@ -286,40 +287,43 @@ def bench_chunked(model, L=8192):
     segs = [_i32([0]), _i32([L]), _i32([0])]
 
     out = []
-    # inter pass (CHUNK_TC, --tc): CUDA cores (0), tensor cores at 8 / 16 value columns a block; suffix "pf": the L2
-    # prefetch of the next chunk, "i": the intra pass on tensor cores; "pi" adds prep + intra alone
+    # inter pass (CHUNK_TC, --tc): CUDA cores (0), tensor cores at 8 / 16 value columns a block; suffix "i": the
+    # intra pass on tensor cores; "pi" / "pii" add prep + intra alone (CUDA-core / tensor-core intra)
     for spec in CHUNK_TC:
-        if spec == "pi":
+        if spec.startswith("p"):
             continue
-        tc = int(spec.replace("pf", "").replace("i", ""))
-        pf, itc = int("pf" in spec), spec.endswith("i")
+        tc, itc = int(spec.replace("i", "")), spec.endswith("i")
 
-        def run(s, tc=tc, pf=pf, itc=itc):
-            os.environ["TENSORFOLD_CHUNK_TC_PF"] = str(pf)
+        def run(s, tc=tc, itc=itc):
             dr.launch_chunked(qkv, a, b, A_log, dt_bias, state, *segs, o, work, max_rows_per_seg=L, stream=s,
                               tc=tc, intra_tc=itc)
 
         sec, how = graph_time(run, reps=2, iters=3)
-        os.environ.pop("TENSORFOLD_CHUNK_TC_PF", None)
         name = ("gdn chunked prompt (prep+intra+inter" + (f", tc inter {tc}" if tc else "")
-                + (", L2 prefetch" if pf else "") + (", tc intra" if itc else "") + ")")
+                + (", tc intra" if itc else "") + ")")
         out.append(_res(name, model, f"L={L}", sec, L * (C * 4 + Hv * D * 4) + Hv * D * D * 8,
                         _chunk_flops(L, Hv), how=how))
 
-    def run_pi(s):  # prep + intra alone: what the inter pass adds is the difference
+    def run_pi(s, itc):  # prep + intra alone: what the inter pass adds is the difference
         k = dr.k_prep[(min(L, 4096), Hk), dr.NT, s]
         k(qkv, a, b, A_log, dt_bias, work["qn"], work["kn"], work["g"], work["beta"])
-        dr.k_chunk_intra[((L + dr.CH - 1) // dr.CH, Hv, 1), dr.NT, s](
-            work["qn"], work["kn"], qkv, work["g"], work["beta"], segs[0], segs[1], work["cum"], work["P"],
-            work["U"], work["W"])
+        nch = (L + dr.CH - 1) // dr.CH
+        args = (work["qn"], work["kn"], qkv, work["g"], work["beta"], segs[0], segs[1], work["cum"], work["P"],
+                work["U"], work["W"])
+        if itc:
+            delta_intra_tc.launch(*args, nch=nch, stream=s)
+        else:
+            dr.k_chunk_intra[(nch, Hv, 1), dr.NT, s](*args)
 
-    if "pi" in CHUNK_TC:
-        sec, how = graph_time(run_pi, reps=2, iters=3)
-        out.append(_res("gdn chunked prep+intra only", model, f"L={L}", sec, None, None, how=how))
+    for spec in ("pi", "pii"):
+        if spec in CHUNK_TC:
+            sec, how = graph_time(lambda s, itc=spec == "pii": run_pi(s, itc), reps=2, iters=3)
+            name = "gdn chunked prep+intra only" + (" (tc intra)" if spec == "pii" else "")
+            out.append(_res(name, model, f"L={L}", sec, None, None, how=how))
     return out
 
 
-CHUNK_TC = ["0", "8", "16", "16pf", "16i", "16pfi", "pi"]
+CHUNK_TC = ["0", "8", "16", "16i", "pi", "pii"]
 
 
 def bench_attention(model):
@@ -448,8 +452,8 @@ def main():
     ap.add_argument("--only", default="gdn,chunked,attention,fla")
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining entries after this many seconds")
     ap.add_argument("--tc", default=",".join(CHUNK_TC),
-                    help="chunked entry's passes: 0 (CUDA cores), 8, 16, suffix pf (L2 prefetch), i (tc intra); pi "
-                         "(prep + intra alone)")
+                    help="chunked entry's passes: 0 (CUDA cores), 8, 16 (tc inter), suffix i (tc intra); pi / pii "
+                         "(prep + intra alone, CUDA-core / tc intra)")
     args = ap.parse_args()
     CHUNK_TC[:] = args.tc.split(",")
     dev = cuda.get_current_device()

@@ -34,7 +34,6 @@ P tiles above their diagonal and state tiles past Dk.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import cuda, float32
@@ -42,37 +41,6 @@ from numba import cuda, float32
 from ._device import IS_SIM, devfn, pdl_begin
 from ._mma import mma_bf16, split_bf16x2
 from . import _kcache
-
-if IS_SIM:
-
-    @cuda.jit(device=True)
-    def _pf_l2(arr, i0, i1, i2):
-        arr[i0, i1, i2]  # no cache to fill; the read checks the index
-
-else:
-    from llvmlite import ir as _ir
-    from numba import types as _types
-    from numba.core import cgutils as _cg
-    from numba.cuda.extending import intrinsic as _intrinsic
-
-    @_intrinsic
-    def _pf_l2(typingctx, arr, i0, i1, i2):
-        """``prefetch.global.L2 [&arr[i0, i1, i2]]``: the line into L2, no register, no wait."""
-        if not (isinstance(arr, _types.Array) and arr.ndim == 3):
-            return None
-        sig = _types.void(arr, i0, i1, i2)
-
-        def codegen(context, builder, sig, args):
-            idx = [context.cast(builder, args[1 + k], sig.args[1 + k], _types.intp) for k in range(3)]
-            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
-            ptr = _cg.get_item_pointer(context, builder, sig.args[0], ary, idx, wraparound=False)
-            asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [ptr.type]), "prefetch.global.L2 [$0];", "l",
-                                side_effect=True)
-            builder.call(asm, [ptr])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
 
 CH = 64  # chunk rows (delta_rule.CH)
 NTB = 128  # threads a block (4 warps, one 16-row tile of the chunk each)
@@ -85,7 +53,6 @@ NSA = 4  # 2 NTN: a warp's state accumulator fragments (2 tiles of Dk x NTN n-ti
 DKC = 128
 VSP = 24
 KB = 4  # k-tiles of W / Q̂ a load batch (min(4, DKC / 16))
-PF = 0  # 1: each chunk prefetches the next chunk's rows of W, Q̂, K̂, P and U into L2 (TENSORFOLD_CHUNK_TC_PF)
 _KOFF = (0, 8, 4, 12)  # logical k of a lane's fragment values, after t: (t, t + 8) and (t + 4, t + 12)
 
 
@@ -199,26 +166,6 @@ def gdn_chunk_inter_tc(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot
             ecs[tid] = float32(math.exp(ci))
             decs[tid] = float32(math.exp(cn - ci))
         ecn = float32(math.exp(cn))
-        if PF == 1 and c + 1 < nch:
-            # the next chunk's rows into L2 (they do not depend on S): its loads then wait on L2, not DRAM. The
-            # lines shared by the head's column slices (W, Q̂, K̂, P) are split among them; U's are the slice's own
-            rn = r0 + CH
-            nn = min(CH, n_all - (c + 1) * CH)
-            nz = cuda.gridDim.z
-            for e in range(tid, nn * 14, NTB):  # a row: 4 lines of W, Q̂, K̂ each (512 B), 2 of P (256 B)
-                if e % nz == cuda.blockIdx.z:
-                    i = e // 14
-                    q = e - 14 * i
-                    if q < 4:
-                        _pf_l2(Wm, rn + i, hv, min(32 * q, DKC - 1))
-                    elif q < 8:
-                        _pf_l2(qn, rn + i, kh, min(32 * (q - 4), DKC - 1))
-                    elif q < 12:
-                        _pf_l2(kn, rn + i, kh, min(32 * (q - 8), DKC - 1))
-                    else:
-                        _pf_l2(P, rn + i, hv, 32 * (q - 12))
-            if tid < nn:
-                _pf_l2(U, rn + tid, hv, min(n0, Dv - 1))
         cuda.syncthreads()  # (1) S published, e^c and decays ready
         oka = i_a < n
         okb = i_b < n
@@ -368,10 +315,10 @@ TC_WIDTHS = (8, 16)  # value columns a block (8 NTN)
 TC_DKS = (16, 32, 64, 128)
 
 
-def _py(width: int, dk: int, pf: int = 0):
+def _py(width: int, dk: int):
     ntn = width // 8
-    return _kcache.variant(gdn_chunk_inter_tc, f"gdn_chunk_inter_tc{width}_k{dk}" + ("_pf" if pf else ""), NTN=ntn,
-                           DKC=dk, VSP=_vsp(ntn), KB=min(4, dk // 16), PF=pf, NSA=2 * ntn)
+    return _kcache.variant(gdn_chunk_inter_tc, f"gdn_chunk_inter_tc{width}_k{dk}", NTN=ntn, DKC=dk, VSP=_vsp(ntn),
+                           KB=min(4, dk // 16), NSA=2 * ntn)
 
 
 _K: dict = {}
@@ -382,28 +329,21 @@ def tc_ok(Dk: int) -> bool:
     return Dk in TC_DKS
 
 
-def pf_on() -> int:
-    """``TENSORFOLD_CHUNK_TC_PF=1`` (read at each launch; off by default, not yet measured): the L2 prefetch of
-    the next chunk's rows (the same bits: a prefetch moves no data into registers)."""
-    return 1 if os.environ.get("TENSORFOLD_CHUNK_TC_PF", "0").strip() == "1" else 0
-
-
-def kernel(width: int, dk: int, pf: int = 0):
+def kernel(width: int, dk: int):
     """The jitted inter pass with ``width`` value columns a block for key dimension ``dk`` (compiled once)."""
-    key = (width, dk, pf)
+    key = (width, dk)
     if key not in _K:
         if width not in TC_WIDTHS or dk not in TC_DKS:
             raise ValueError(f"tensor-core inter pass: width {width} (of {TC_WIDTHS}), Dk {dk} (of {TC_DKS})")
-        _K[key] = _kcache.kjit(_py(width, dk, pf))
+        _K[key] = _kcache.kjit(_py(width, dk))
     return _K[key]
 
 
-def launch(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o, *, width=8, stream=0, pf=None):
-    """One launch over every segment; arguments and results as ``delta_rule.gdn_chunk_inter``. ``pf``: the L2
-    prefetch form (default :func:`pf_on`)."""
+def launch(qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o, *, width=8, stream=0):
+    """One launch over every segment; arguments and results as ``delta_rule.gdn_chunk_inter``."""
     Hv, Dk, Dv = state.shape[1], state.shape[2], state.shape[3]
     nseg = seg_len.shape[0]
-    kernel(width, Dk, pf_on() if pf is None else pf)[(nseg, Hv, (Dv + width - 1) // width), NTB, stream](
+    kernel(width, Dk)[(nseg, Hv, (Dv + width - 1) // width), NTB, stream](
         qn, kn, cum, P, U, Wm, state, seg_row0, seg_len, seg_slot, o)
 
 
@@ -412,5 +352,5 @@ _F3 = "float32[:, :, ::1]"
 _F4 = "float32[:, :, :, ::1]"
 _I1 = "int32[::1]"
 SIG = f"void({_F3}, {_F3}, {_F2}, {_F3}, {_F3}, {_F3}, {_F4}, {_I1}, {_I1}, {_I1}, {_F3})"
-COMPILE_SPECS = [(_py(w, 128), SIG) for w in TC_WIDTHS] + [(_py(16, 128, 1), SIG)]
+COMPILE_SPECS = [(_py(w, 128), SIG) for w in TC_WIDTHS]
 HOT: set = set()

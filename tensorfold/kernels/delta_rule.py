@@ -48,6 +48,7 @@ Launch geometry
   is loaded into registers while the current one computes (software pipelining).
 - The same pass on tensor cores (``delta_chunk_tc``, the default on a GPU; :func:`inter_tc`) replaces
   ``gdn_chunk_inter`` in :func:`launch_chunked` when Dk is a multiple of 16: other bits, about fp32 accuracy.
+  Likewise ``delta_intra_tc`` for ``gdn_chunk_intra`` (the default on a GPU; ``delta_intra_tc.on``).
 """
 
 from __future__ import annotations
@@ -1160,8 +1161,8 @@ def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot
     of each segment is written to ``state[slot]`` (its initial value is the starting state). ``tc``: the
     tensor-core inter pass's width (:func:`inter_tc`; 0: the CUDA-core pass, whose ``inter``, value columns per
     block, :func:`inter_width`, gives the same bits at every width). Dk not a multiple of 16 takes the CUDA-core
-    pass. ``intra_tc`` (else ``TENSORFOLD_CHUNK_INTRA_TC=1``; off by default, not yet measured): the intra pass on
-    tensor cores (``delta_intra_tc``; other bits).
+    pass. ``intra_tc`` (else ``delta_intra_tc.on()``: ``TENSORFOLD_CHUNK_INTRA_TC``, on by default on a GPU): the
+    intra pass on tensor cores (``delta_intra_tc``; other bits than the CUDA-core intra pass).
     """
     R = qkv.shape[0]
     Hv, Dv = state.shape[1], state.shape[3]

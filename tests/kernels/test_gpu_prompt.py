@@ -92,7 +92,7 @@ def test_inter_widths(model):
 @pytest.mark.parametrize("model", ["2B", "9B", "27B"])
 def test_tc_inter(model):
     """The tensor-core inter pass: 300 + 77 rows in two slots against the float64 recurrence (2e-4), 8 and 16
-    columns a block and the L2 prefetch form bit for bit, and the 77-row segment alone bit for bit against it
+    columns a block bit for bit, and the 77-row segment alone bit for bit against it
     beside the 300-row one."""
     Hk, Hv = GEOM[model]
     rng = np.random.default_rng(12)
@@ -112,13 +112,6 @@ def test_tc_inter(model):
     o16, s16 = _run(inp, state, segs, 16, Hk, tc=16)
     assert np.array_equal(o16.view(np.uint32), o8.view(np.uint32))
     assert np.array_equal(s16.view(np.uint32), s8.view(np.uint32))
-    os.environ["TENSORFOLD_CHUNK_TC_PF"] = "1"  # the L2 prefetch form: the same bits
-    try:
-        op, sp = _run(inp, state, segs, 16, Hk, tc=16)
-    finally:
-        del os.environ["TENSORFOLD_CHUNK_TC_PF"]
-    assert np.array_equal(op.view(np.uint32), o8.view(np.uint32))
-    assert np.array_equal(sp.view(np.uint32), s8.view(np.uint32))
     oa, sa = _run(inp1, state, [(0, L1, 0)], 16, Hk, tc=8)
     assert np.array_equal(oa.view(np.uint32), o8[L0:].view(np.uint32))
     assert np.array_equal(sa[0].view(np.uint32), s8[0].view(np.uint32))

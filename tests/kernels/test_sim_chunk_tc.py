@@ -55,7 +55,7 @@ def _ref(inp, state, r0, n, Dk):
                                     beta.astype(f))
 
 
-def test_tc_inter_vs_recurrence_widths_and_neighbours(monkeypatch):
+def test_tc_inter_vs_recurrence_widths_and_neighbours():
     Dk = 16
     rng = np.random.default_rng(40 + Dk)
     L = 75
@@ -69,10 +69,8 @@ def test_tc_inter_vs_recurrence_widths_and_neighbours(monkeypatch):
         np.testing.assert_allclose(o8[r0:r0 + n], O_ref, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(s8[slot], S_ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(s8[1], state[1])  # a slot no segment names is untouched
-    # 16 columns a block (a partial slice at Dv = 24), with the L2 prefetch of the next chunk: the same bits
-    monkeypatch.setenv("TENSORFOLD_CHUNK_TC_PF", "1")
+    # 16 columns a block (a partial slice at Dv = 24): the same bits
     o16, s16 = _run(inp, state, segs, 16, Dk)
-    monkeypatch.delenv("TENSORFOLD_CHUNK_TC_PF")
     assert np.array_equal(o16.view(np.uint32), o8.view(np.uint32))
     assert np.array_equal(s16.view(np.uint32), s8.view(np.uint32))
     # the 5-row segment alone: the same bits as beside the 70-row one
