@@ -29,6 +29,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
 from numba import cuda  # noqa: E402
 
 from tensorfold.kernels import attention as katt  # noqa: E402
+from tensorfold.kernels import attention_prompt  # noqa: E402
 from tensorfold.kernels import compact, conv  # noqa: E402
 from tensorfold.kernels import delta_rule as dr  # noqa: E402
 from tensorfold.kernels import delta_intra_tc  # noqa: E402
@@ -431,7 +432,62 @@ def bench_fla(model, L=8192):
     return out
 
 
-ENTRIES = [("gdn", bench_gdn), ("chunked", bench_chunked), ("attention", bench_attention), ("fla", bench_fla)]
+def bench_attn_prompt(model, L=4096):
+    """One causal prompt of L rows (positions 0 .. L - 1, bf16 cache): the tensor-core prompt kernel
+    (``attention_prompt``) against the split-K decode kernels in launches of 64 rows (what the runtime ran before),
+    and torch's scaled_dot_product_attention (bf16 q / k / v, causal, GQA) as the peer. FLOPs: 2 nH L^2 hd."""
+    _, _, nH, nKV = MODELS[model]
+    rng = np.random.default_rng(4)
+    kc = cuda.to_device(((rng.standard_normal((1, L, nKV, HD)).astype(np.float32).view(np.uint32)) >> 16)
+                        .astype(np.uint16))
+    vc = cuda.to_device(((rng.standard_normal((1, L, nKV, HD)).astype(np.float32).view(np.uint32)) >> 16)
+                        .astype(np.uint16))
+    q = _f32(rng, (L, nH, HD))
+    qg = _f32(rng, (L, nH, 2 * HD))
+    rs, nk = _i32(np.zeros(L)), _i32(np.arange(L) + 1)
+    tz = _i32(np.zeros(L))
+    res = cuda.device_array((L, nH, HD), np.float32)
+    flops = 2.0 * nH * L * L * HD
+    out = []
+
+    def run_tc(s):
+        attention_prompt.launch(q, kc, vc, rs, nk, qg, HD ** -0.5, 1, res, stream=s)
+
+    sec, how = graph_time(run_tc, reps=2, iters=3)
+    out.append(_res("prompt attention, tensor cores (attention_prompt)", model, f"L={L}", sec, None, flops, how=how))
+    Ra = 64
+    m, l, acc = katt.partial_buffers(Ra, nH, HD, L)
+
+    def run_sk(s):
+        for r0 in range(0, L, Ra):
+            sl = slice(r0, r0 + Ra)
+            katt.launch_partials(q[sl], kc, vc, kkv8.empty_scale(), kkv8.empty_scale(), rs[sl], nk[sl], tz[sl],
+                                 tz[sl], HD ** -0.5, m, l, acc, stream=s)
+            katt.launch_merge(m, l, acc, rs[sl], nk[sl], tz[sl], qg[sl], 1, res[sl], stream=s)
+
+    sec, how = graph_time(run_sk, reps=1, iters=2)
+    out.append(_res("prompt attention, split-K partials+merge, 64 rows a launch", model, f"L={L}", sec, None, flops,
+                    how=how))
+    try:
+        import torch
+
+        tq = torch.randn(1, nH, L, HD, device="cuda", dtype=torch.bfloat16)
+        tk = torch.randn(1, nKV, L, HD, device="cuda", dtype=torch.bfloat16)
+        tv = torch.randn(1, nKV, L, HD, device="cuda", dtype=torch.bfloat16)
+
+        def ft():
+            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
+
+        sec, how = torch_graph_time(ft, reps=2, iters=3)
+        out.append(_res("torch scaled_dot_product_attention (peer, bf16, causal)", model, f"L={L}", sec, None, flops,
+                        how=how))
+    except Exception as e:  # noqa: BLE001
+        print(f"  torch sdpa failed: {e!r}", flush=True)
+    return out
+
+
+ENTRIES = [("gdn", bench_gdn), ("chunked", bench_chunked), ("attention", bench_attention), ("fla", bench_fla),
+           ("attn_prompt", bench_attn_prompt)]
 
 
 def _fmt_row(r):

@@ -8,7 +8,7 @@ chosen at import time.
 
 Modules (owner): _device, affine, embedding, norms, activations, sample, launch (part A);
 delta_rule, delta_chunk_tc / delta_intra_tc (the chunked inter / intra passes on tensor cores), conv,
-attention, kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the bandwidth-oriented tensor-core decode
+attention, attention_prompt (prompt rows on tensor cores), kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the bandwidth-oriented tensor-core decode
 GEMV).
 """
 
@@ -27,6 +27,7 @@ KERNEL_MODULES = (
     "delta_intra_tc",
     "conv",
     "attention",
+    "attention_prompt",
     "kv8",
     "compact",
 )

@@ -37,8 +37,8 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.kernels._device import IS_SIM
-from tensorfold.kernels import activations, affine, attention, compact, conv, delta_rule, embedding, gemm, kv8, norms, \
-    qgemv
+from tensorfold.kernels import activations, affine, attention, attention_prompt, compact, conv, delta_rule, embedding, \
+    gemm, kv8, norms, qgemv
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
@@ -812,7 +812,12 @@ class Runner:
         if sim_host:
             glue.sim_attention(B.q[:R], cc.k[fl], cc.v[fl], ks, vs, m.view("row_slot", R), m.view("nk", R),
                                m.view("tmask", R), m.view("tbase", R), self.scale, qg, B.att[:R])
-        for r0 in range(0, 0 if sim_host else R, Ra):
+        tc_prompt = (prompt and not sim_host and attention_prompt.on()
+                     and attention_prompt.ok(cc.k[fl], nH, nKV, hd))
+        if tc_prompt:  # prompt rows (no tree bits): one tensor-core launch for all of them
+            attention_prompt.launch(B.q[:R], cc.k[fl], cc.v[fl], m.view("row_slot", R), m.view("nk", R), qg,
+                                    self.scale, 1, B.att[:R], stream=stream)
+        for r0 in range(0, 0 if sim_host or tc_prompt else R, Ra):
             n = min(Ra, R - r0)
             sl = slice(r0, r0 + n)
             rs = m.view("row_slot", R)[sl]
