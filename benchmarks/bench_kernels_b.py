@@ -306,7 +306,7 @@ def bench_chunked(model, L=8192):
                         _chunk_flops(L, Hv), how=how))
 
     def run_pi(s, itc):  # prep + intra alone: what the inter pass adds is the difference
-        k = dr.k_prep[(min(L, 4096), Hk), dr.NT, s]
+        k = dr.k_prep[(min((L + dr.PREP_NW - 1) // dr.PREP_NW, 4096), Hk), dr.NT, s]
         k(qkv, a, b, A_log, dt_bias, work["qn"], work["kn"], work["g"], work["beta"])
         nch = (L + dr.CH - 1) // dr.CH
         args = (work["qn"], work["kn"], qkv, work["g"], work["beta"], segs[0], segs[1], work["cum"], work["P"],

@@ -44,6 +44,7 @@ from numba import cuda, float32, uint32
 from ._device import IS_SIM, pdl_begin
 from ._mma import mma_bf16, split_bf16x2
 from .attention import _ldv4, _shx
+from .qgemv import _allow_dyn
 from . import _kcache
 
 QT = 16  # query rows a block (one m16 tile)
@@ -58,6 +59,11 @@ VST = HD + 8  # V pair-row stride in words: pair rows t, columns g in 32 banks
 NDT = HD // 8  # n-tiles of O
 NKS = HD // 16  # k-steps of S
 NC8 = HD // 8  # 16-byte chunks of a key row
+NKI = (KB * NC8 + 32 * G - 1) // (32 * G)  # K chunks a thread loads a key block
+NVI = (KB2 * NC8 + 32 * G - 1) // (32 * G)  # V pair chunks a thread loads a key block
+NKW = 4 * NKI  # their registers
+NVW = 8 * NVI
+_U32 = np.dtype(np.uint32) if IS_SIM else np.uint32  # the simulator's dynamic shared array wants a dtype
 NINF = float32(-math.inf)
 MINIT = float32(-1e30)
 
@@ -93,6 +99,25 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
     for dt in range(NDT):
         for e in range(4):
             oacc[dt, e] = float32(0.0)
+    # this warp's q fragments (hi, lo) once, in lane order: Qs[((w NKS + ks) 32 + lane) 8 + 0..7]
+    Qs = cuda.shared.array(0, _U32)
+    for ks in range(NKS):
+        d0 = 16 * ks + 2 * t
+        h0, l0 = split_bf16x2(q[rac, h, d0], q[rac, h, d0 + 1])
+        h1, l1 = split_bf16x2(q[rbc, h, d0], q[rbc, h, d0 + 1])
+        h2, l2 = split_bf16x2(q[rac, h, d0 + 8], q[rac, h, d0 + 9])
+        h3, l3 = split_bf16x2(q[rbc, h, d0 + 8], q[rbc, h, d0 + 9])
+        qb = ((w * NKS + ks) * 32 + lane) * 8
+        Qs[qb] = h0
+        Qs[qb + 1] = h1
+        Qs[qb + 2] = h2
+        Qs[qb + 3] = h3
+        Qs[qb + 4] = l0
+        Qs[qb + 5] = l1
+        Qs[qb + 6] = l2
+        Qs[qb + 7] = l3
+    kw = cuda.local.array(NKW, uint32)
+    vw = cuda.local.array(NVW, uint32)
     nrow = min(QT, R - r0)
     for i in range(nrow):  # one pass per distinct slot of the tile, in first-appearance order (block-uniform)
         s = row_slot[r0 + i]
@@ -109,25 +134,37 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
         ka = na if sa == s else 0
         kb = nb if sb == s else 0
         for k0 in range(0, kmax, KB):
-            cuda.syncthreads()  # the previous key block's shared reads are done
-            for e in range(tid, KB * NC8, 32 * G):
+            # every load of this thread's K chunks first (one round trip), then their shared stores; then the same
+            # for V (two phases rather than one: fewer registers held)
+            for it in range(NKI):
+                e = tid + it * 32 * G
                 kk = e // NC8
-                c = e - kk * NC8
                 key = k0 + kk
                 w0 = uint32(0)
                 w1 = uint32(0)
                 w2 = uint32(0)
                 w3 = uint32(0)
-                if key < kmax:
-                    w0, w1, w2, w3 = _ldv4(k_cache, s, key, kvh, 8 * c)
-                Ks[kk, 4 * c] = w0
-                Ks[kk, 4 * c + 1] = w1
-                Ks[kk, 4 * c + 2] = w2
-                Ks[kk, 4 * c + 3] = w3
-            for e in range(tid, (KB // 2) * NC8, 32 * G):
+                if e < KB * NC8 and key < kmax:
+                    w0, w1, w2, w3 = _ldv4(k_cache, s, key, kvh, 8 * (e - kk * NC8))
+                kw[4 * it] = w0
+                kw[4 * it + 1] = w1
+                kw[4 * it + 2] = w2
+                kw[4 * it + 3] = w3
+            cuda.syncthreads()  # the previous key block's shared reads are done
+            for it in range(NKI):
+                e = tid + it * 32 * G
+                if e < KB * NC8:
+                    kk = e // NC8
+                    c = e - kk * NC8
+                    Ks[kk, 4 * c] = kw[4 * it]
+                    Ks[kk, 4 * c + 1] = kw[4 * it + 1]
+                    Ks[kk, 4 * c + 2] = kw[4 * it + 2]
+                    Ks[kk, 4 * c + 3] = kw[4 * it + 3]
+            for it in range(NVI):
+                e = tid + it * 32 * G
                 p = e // NC8
-                c = e - p * NC8
                 key = k0 + 2 * p
+                c = e - p * NC8
                 x0 = uint32(0)
                 x1 = uint32(0)
                 x2 = uint32(0)
@@ -136,30 +173,44 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                 y1 = uint32(0)
                 y2 = uint32(0)
                 y3 = uint32(0)
-                if key < kmax:
+                if e < KB2 * NC8 and key < kmax:
                     x0, x1, x2, x3 = _ldv4(v_cache, s, key, kvh, 8 * c)
-                if key + 1 < kmax:
+                if e < KB2 * NC8 and key + 1 < kmax:
                     y0, y1, y2, y3 = _ldv4(v_cache, s, key + 1, kvh, 8 * c)
-                # pair word for dim d: key's bf16 in the low half, key + 1's in the high half
-                Vs[p, 8 * c] = (x0 & uint32(0xFFFF)) | (y0 << uint32(16))
-                Vs[p, 8 * c + 1] = (x0 >> uint32(16)) | (y0 & uint32(0xFFFF0000))
-                Vs[p, 8 * c + 2] = (x1 & uint32(0xFFFF)) | (y1 << uint32(16))
-                Vs[p, 8 * c + 3] = (x1 >> uint32(16)) | (y1 & uint32(0xFFFF0000))
-                Vs[p, 8 * c + 4] = (x2 & uint32(0xFFFF)) | (y2 << uint32(16))
-                Vs[p, 8 * c + 5] = (x2 >> uint32(16)) | (y2 & uint32(0xFFFF0000))
-                Vs[p, 8 * c + 6] = (x3 & uint32(0xFFFF)) | (y3 << uint32(16))
-                Vs[p, 8 * c + 7] = (x3 >> uint32(16)) | (y3 & uint32(0xFFFF0000))
+                vw[8 * it] = x0
+                vw[8 * it + 1] = x1
+                vw[8 * it + 2] = x2
+                vw[8 * it + 3] = x3
+                vw[8 * it + 4] = y0
+                vw[8 * it + 5] = y1
+                vw[8 * it + 6] = y2
+                vw[8 * it + 7] = y3
+            for it in range(NVI):
+                e = tid + it * 32 * G
+                if e < KB2 * NC8:
+                    p = e // NC8
+                    c = e - p * NC8
+                    # pair word for dim d: key's bf16 in the low half, key + 1's in the high half
+                    for jj in range(4):
+                        xv = vw[8 * it + jj]
+                        yv = vw[8 * it + 4 + jj]
+                        Vs[p, 8 * c + 2 * jj] = (xv & uint32(0xFFFF)) | (yv << uint32(16))
+                        Vs[p, 8 * c + 2 * jj + 1] = (xv >> uint32(16)) | (yv & uint32(0xFFFF0000))
             cuda.syncthreads()
             # S = q kᵀ (lo products first, then hi, into the same accumulators)
             for nt in range(NNT):
                 for e in range(4):
                     sacc[nt, e] = float32(0.0)
             for ks in range(NKS):
-                d0 = 16 * ks + 2 * t
-                h0, l0 = split_bf16x2(q[rac, h, d0], q[rac, h, d0 + 1])
-                h1, l1 = split_bf16x2(q[rbc, h, d0], q[rbc, h, d0 + 1])
-                h2, l2 = split_bf16x2(q[rac, h, d0 + 8], q[rac, h, d0 + 9])
-                h3, l3 = split_bf16x2(q[rbc, h, d0 + 8], q[rbc, h, d0 + 9])
+                qb = ((w * NKS + ks) * 32 + lane) * 8
+                h0 = Qs[qb]
+                h1 = Qs[qb + 1]
+                h2 = Qs[qb + 2]
+                h3 = Qs[qb + 3]
+                l0 = Qs[qb + 4]
+                l1 = Qs[qb + 5]
+                l2 = Qs[qb + 6]
+                l3 = Qs[qb + 7]
                 for nt in range(NNT):
                     b0 = Ks[8 * nt + g, 8 * ks + t]
                     b1 = Ks[8 * nt + g, 8 * ks + 4 + t]
@@ -249,8 +300,17 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
 
 
 def _py(hd: int, grp: int):
+    nc8 = hd // 8
+    nki = (KB * nc8 + 32 * grp - 1) // (32 * grp)
+    nvi = (KB2 * nc8 + 32 * grp - 1) // (32 * grp)
     return _kcache.variant(attn_prompt_bf16, f"attn_prompt_bf16_d{hd}_g{grp}", HD=hd, G=grp, KST=hd // 2 + 4,
-                           VST=hd + 8, NDT=hd // 8, NKS=hd // 16, NC8=hd // 8)
+                           VST=hd + 8, NDT=hd // 8, NKS=hd // 16, NC8=nc8,
+                           NKI=nki, NVI=nvi, NKW=4 * nki, NVW=8 * nvi)
+
+
+def q_bytes(hd: int, grp: int) -> int:
+    """Dynamic shared bytes of a block: its warps' q fragments (hi and lo, 16 KB a warp at hd 256)."""
+    return grp * (hd // 16) * 32 * 8 * 4
 
 
 _K: dict = {}
@@ -286,8 +346,11 @@ def launch(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out, *, strea
         _K[key] = _kcache.kjit(_py(hd, grp))
     if R == 0:
         return
-    _K[key][((R + QT - 1) // QT, nKV), 32 * grp, stream](q, k_cache, v_cache, row_slot, nk, qg, float32(scale),
-                                                        int(use_gate), out)
+    dyn = q_bytes(hd, grp)
+    cfg = _K[key][((R + QT - 1) // QT, nKV), 32 * grp, stream, dyn]
+    if not IS_SIM and dyn > 48 * 1024:
+        cfg.pre_launch_callbacks.append(_allow_dyn(dyn))  # above 48 KB a launch fails without it
+    cfg(q, k_cache, v_cache, row_slot, nk, qg, float32(scale), int(use_gate), out)
 
 
 _F3 = "float32[:, :, ::1]"

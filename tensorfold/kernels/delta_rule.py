@@ -37,7 +37,7 @@ Launch geometry
   one source (``_make_recurrent``), so their rows agree bit for bit. ``gdn_recurrent`` adds the tree rebuild (below)
   and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads).
 - ``gdn_gates_kernel``: grid-stride over R*Hv, any 1-D geometry.
-- ``gdn_prep``: grid (R, Hk) grid-stride, block 128: q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k), and g, β.
+- ``gdn_prep``: grid (R', Hk), block 128, one warp a row (grid-stride): q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k), and g, β.
 - ``gdn_chunk_intra``: grid (max_chunks, Hv, nseg), block 128: per (chunk, head) the WY factors
   U = T(β⊙V), W = T(β⊙e^c⊙K̂) and P = (Q̂K̂ᵀ)⊙Γ, plus c (cumulative log-decay).
 - ``gdn_chunk_inter`` (``_v16``, ``_v8``): grid (nseg, Hv, ceil(Dv/w)), block (w, 128/w) for w = 32 / 16 / 8 value
@@ -66,6 +66,7 @@ from .conv import silu32
 VS = 32  # value columns per block (one warp's lanes)
 NW = 4  # warps per block (rows of the state split across them)
 NT = VS * NW
+PREP_NW = NT // 32  # gdn_prep: rows a block (one warp each)
 MAXDK = 128
 MAXR = 16  # tree rows per segment (history kept in shared memory)
 MAXR1 = MAXR + 1
@@ -657,7 +658,10 @@ gdn_fused_step.__name__ = gdn_fused_step.__qualname__ = "gdn_fused_step"
 
 
 def gdn_prep(qkv, a, b, A_log, dt_bias, qn, kn, g_out, beta_out):
-    """qn, kn [R, Hk, Dk] = prepared q̂, k̂; g_out, beta_out [R, Hv]. grid (R', Hk), block NT (grid-stride rows)."""
+    """qn, kn [R, Hk, Dk] = prepared q̂, k̂; g_out, beta_out [R, Hv]. grid (R', Hk), block NT: one warp a row
+    (rows blockIdx.x * NW + warp, stepping gridDim.x * NW; the loop is block-uniform so that every warp takes part
+    in each reduction, which the simulator needs), squares summed per lane then across the warp. Any grid gives
+    the same bits."""
     R = qkv.shape[0]
     Hk = qn.shape[1]
     Dk = qn.shape[2]
@@ -665,40 +669,34 @@ def gdn_prep(qkv, a, b, A_log, dt_bias, qn, kn, g_out, beta_out):
     key_dim = Hk * Dk
     h = cuda.blockIdx.y
     tid = cuda.threadIdx.x
-    rq = cuda.shared.array(NT, float32)
-    rk = cuda.shared.array(NT, float32)
-    r = cuda.blockIdx.x
-    while r < R:
+    w = tid // 32
+    lane = tid % 32
+    base = cuda.blockIdx.x * PREP_NW
+    while base < R:
+        r = base + w
+        rr = min(r, R - 1)
         sq = float32(0.0)
         sk = float32(0.0)
-        for d in range(tid, Dk, NT):
-            qv = qkv[r, h * Dk + d]
-            kv = qkv[r, key_dim + h * Dk + d]
+        for d in range(lane, Dk, 32):
+            qv = qkv[rr, h * Dk + d]
+            kv = qkv[rr, key_dim + h * Dk + d]
             sq += qv * qv
             sk += kv * kv
-        rq[tid] = sq
-        rk[tid] = sk
-        cuda.syncthreads()
-        s = NT // 2
-        while s > 0:
-            if tid < s:
-                rq[tid] += rq[tid + s]
-                rk[tid] += rk[tid + s]
-            cuda.syncthreads()
-            s //= 2
-        fq = (float32(1.0) / float32(math.sqrt(rq[0] + float32(_EPS)))) * float32(1.0 / math.sqrt(Dk))
-        fk = float32(1.0) / float32(math.sqrt(rk[0] + float32(_EPS)))
-        for d in range(tid, Dk, NT):
-            qn[r, h, d] = qkv[r, h * Dk + d] * fq
-            kn[r, h, d] = qkv[r, key_dim + h * Dk + d] * fk
-        rep = Hv // Hk
-        for j in range(tid, rep, NT):
-            hv = h * rep + j
-            g, be = gdn_gate(a[r, hv], b[r, hv], A_log[hv], dt_bias[hv])
-            g_out[r, hv] = g
-            beta_out[r, hv] = be
-        cuda.syncthreads()
-        r += cuda.gridDim.x
+        sq = warp_sum(sq)
+        sk = warp_sum(sk)
+        if r < R:
+            fq = (float32(1.0) / float32(math.sqrt(sq + float32(_EPS)))) * float32(1.0 / math.sqrt(Dk))
+            fk = float32(1.0) / float32(math.sqrt(sk + float32(_EPS)))
+            for d in range(lane, Dk, 32):
+                qn[r, h, d] = qkv[r, h * Dk + d] * fq
+                kn[r, h, d] = qkv[r, key_dim + h * Dk + d] * fk
+            rep = Hv // Hk
+            for j in range(lane, rep, 32):
+                hv = h * rep + j
+                g, be = gdn_gate(a[r, hv], b[r, hv], A_log[hv], dt_bias[hv])
+                g_out[r, hv] = g
+                beta_out[r, hv] = be
+        base += cuda.gridDim.x * PREP_NW
 
 
 def gdn_chunk_intra(qn, kn, qkv, g, beta, seg_row0, seg_len, cum, P, U, Wm):
@@ -1168,7 +1166,7 @@ def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot
     Hv, Dv = state.shape[1], state.shape[3]
     Hk = work["qn"].shape[1]
     nseg = seg_len.shape[0]
-    pb = prep_blocks or max(1, min(R, 4096))
+    pb = prep_blocks or max(1, min((R + PREP_NW - 1) // PREP_NW, 4096))
     k_prep[(pb, Hk), NT, stream](qkv, a, b, A_log, dt_bias, work["qn"], work["kn"], work["g"], work["beta"])
     nch = (max_rows_per_seg + CH - 1) // CH
     if (delta_intra_tc.on() if intra_tc is None else intra_tc) and delta_intra_tc.ok(work["qn"].shape[2]):

@@ -228,6 +228,12 @@ def test_conv_window_tree_and_commit():
     np.testing.assert_allclose(yh[6:8], y_win, rtol=1e-5, atol=1e-6)
     assert np.isnan(yh[8]).all()
     np.testing.assert_array_equal(xlog.copy_to_host()[:8], x[:8])
+    # runs of rows a thread (a chain's window slid in registers, other rows walking their parents): the same bits
+    for rb in (2, 3, 9):
+        y2 = cuda.to_device(np.full((R, CC), np.nan, np.float32))
+        conv.launch_conv(cuda.to_device(x), cuda.to_device(w), dtail, _i32(row_slot), _i32(parents), y2,
+                         conv.empty_log(CC), blocks=2, threads=64, rb=rb)
+        np.testing.assert_array_equal(y2.copy_to_host().view(np.uint32), yh.view(np.uint32))
     # commit leaf 4 of stream 1 (path 0, 2, 3, 4) and leaf 7 of stream 0: tails equal the stepped tails exactly
     compact.launch_conv_commit(dtail.reshape(1, slots, K - 1, CC),
                                cuda.to_device(x[None].copy()), _i32(parents), _i32([1, 0]), _i32([4, 7]), blocks=1)
