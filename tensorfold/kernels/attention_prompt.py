@@ -61,6 +61,7 @@ NKS = HD // 16  # k-steps of S
 NC8 = HD // 8  # 16-byte chunks of a key row
 NKI = (KB * NC8 + 32 * G - 1) // (32 * G)  # K chunks a thread loads a key block
 NVI = (KB2 * NC8 + 32 * G - 1) // (32 * G)  # V pair chunks a thread loads a key block
+SL = 0  # 1: S's lo products in separate accumulators (TENSORFOLD_ATTN_PROMPT_SPLIT; other bits)
 NKW = 4 * NKI  # their registers
 NVW = 8 * NVI
 _U32 = np.dtype(np.uint32) if IS_SIM else np.uint32  # the simulator's dynamic shared array wants a dtype
@@ -83,6 +84,7 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
     Vs = cuda.shared.array((KB2, VST), uint32)
     oacc = cuda.local.array((NDT, 4), float32)
     sacc = cuda.local.array((NNT, 4), float32)
+    slo = cuda.local.array((NNT, 4), float32)
     r0 = tile * QT
     ra = r0 + g
     rb = ra + 8
@@ -201,6 +203,7 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
             for nt in range(NNT):
                 for e in range(4):
                     sacc[nt, e] = float32(0.0)
+                    slo[nt, e] = float32(0.0)
             for ks in range(NKS):
                 qb = ((w * NKS + ks) * 32 + lane) * 8
                 h0 = Qs[qb]
@@ -214,13 +217,27 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                 for nt in range(NNT):
                     b0 = Ks[8 * nt + g, 8 * ks + t]
                     b1 = Ks[8 * nt + g, 8 * ks + 4 + t]
-                    c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
-                                              sacc[nt, 3])
-                    c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
+                    if SL == 1:  # the lo products in their own accumulators: two independent chains
+                        c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, slo[nt, 0], slo[nt, 1], slo[nt, 2],
+                                                  slo[nt, 3])
+                        slo[nt, 0] = c0
+                        slo[nt, 1] = c1
+                        slo[nt, 2] = c2
+                        slo[nt, 3] = c3
+                        c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
+                                                  sacc[nt, 3])
+                    else:  # lo then hi into the same accumulators
+                        c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
+                                                  sacc[nt, 3])
+                        c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
                     sacc[nt, 0] = c0
                     sacc[nt, 1] = c1
                     sacc[nt, 2] = c2
                     sacc[nt, 3] = c3
+            if SL == 1:
+                for nt in range(NNT):
+                    for e in range(4):
+                        sacc[nt, e] += slo[nt, e]
             # online softmax: rows g (entries 0, 1) and g + 8 (entries 2, 3) of each n-tile
             mx_a = NINF
             mx_b = NINF
@@ -299,11 +316,11 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                     out[r, h, d] = o
 
 
-def _py(hd: int, grp: int):
+def _py(hd: int, grp: int, sl: int = 0):
     nc8 = hd // 8
     nki = (KB * nc8 + 32 * grp - 1) // (32 * grp)
     nvi = (KB2 * nc8 + 32 * grp - 1) // (32 * grp)
-    return _kcache.variant(attn_prompt_bf16, f"attn_prompt_bf16_d{hd}_g{grp}", HD=hd, G=grp, KST=hd // 2 + 4,
+    return _kcache.variant(attn_prompt_bf16, f"attn_prompt_bf16_d{hd}_g{grp}" + ("_sl" if sl else ""), SL=sl, HD=hd, G=grp, KST=hd // 2 + 4,
                            VST=hd + 8, NDT=hd // 8, NKS=hd // 16, NC8=nc8,
                            NKI=nki, NVI=nvi, NKW=4 * nki, NVW=8 * nvi)
 
@@ -328,6 +345,12 @@ def on() -> bool:
     return v == "1"
 
 
+def split_on() -> int:
+    """``TENSORFOLD_ATTN_PROMPT_SPLIT=1`` (read at each launch; off by default, being measured): S's lo products
+    accumulate apart from the hi ones (two independent mma chains, added at the end; other bits)."""
+    return 1 if os.environ.get("TENSORFOLD_ATTN_PROMPT_SPLIT", "0").strip() == "1" else 0
+
+
 def ok(k_cache, nH: int, nKV: int, hd: int) -> bool:
     """Shapes and formats this kernel handles: bf16 caches, hd a multiple of 16 up to 256, G = nH / nKV <= 8."""
     return (np.dtype(k_cache.dtype) == np.uint16 and hd % 16 == 0 and 16 <= hd <= 256 and nH % nKV == 0
@@ -339,11 +362,12 @@ def launch(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out, *, strea
     R, nH, hd = q.shape
     nKV = k_cache.shape[2]
     grp = nH // nKV
-    key = (hd, grp)
+    sl = split_on()
+    key = (hd, grp, sl)
     if key not in _K:
         if not ok(k_cache, nH, nKV, hd):
             raise ValueError(f"prompt attention: hd {hd}, {nH} heads over {nKV} kv heads, cache {k_cache.dtype}")
-        _K[key] = _kcache.kjit(_py(hd, grp))
+        _K[key] = _kcache.kjit(_py(hd, grp, sl))
     if R == 0:
         return
     dyn = q_bytes(hd, grp)
@@ -357,5 +381,5 @@ _F3 = "float32[:, :, ::1]"
 _U4 = "uint16[:, :, :, ::1]"
 _I1 = "int32[::1]"
 SIG = f"void({_F3}, {_U4}, {_U4}, {_I1}, {_I1}, {_F3}, float32, int32, {_F3})"
-COMPILE_SPECS = [(_py(256, 4), SIG), (_py(256, 6), SIG)]
+COMPILE_SPECS = [(_py(256, 4), SIG), (_py(256, 6), SIG), (_py(256, 4, 1), SIG)]
 HOT: set = set()
