@@ -453,12 +453,8 @@ def bench_attn_prompt(model, L=4096):
     def run_tc(s):
         attention_prompt.launch(q, kc, vc, rs, nk, qg, HD ** -0.5, 1, res, stream=s)
 
-    for spl in ("0", "1"):  # TENSORFOLD_ATTN_PROMPT_SPLIT: S's lo products in their own accumulators
-        os.environ["TENSORFOLD_ATTN_PROMPT_SPLIT"] = spl
-        sec, how = graph_time(run_tc, reps=2, iters=3)
-        out.append(_res("prompt attention, tensor cores (attention_prompt" + (", split S" if spl == "1" else "")
-                        + ")", model, f"L={L}", sec, None, flops, how=how))
-    os.environ.pop("TENSORFOLD_ATTN_PROMPT_SPLIT", None)
+    sec, how = graph_time(run_tc, reps=2, iters=3)
+    out.append(_res("prompt attention, tensor cores (attention_prompt)", model, f"L={L}", sec, None, flops, how=how))
     Ra = 64
     m, l, acc = katt.partial_buffers(Ra, nH, HD, L)
 

@@ -11,9 +11,12 @@ Contract: ``q`` f32 [R, nH, hd] (normed + roped), caches uint16 (bf16 bits) [slo
 most 256; G = nH / nKV at most 8.
 
 Geometry: grid (ceil(R / 16), nKV), block 32 G threads; warp w owns query head kvh G + w for the tile's 16 rows
-(one m16 tile). Keys go in blocks of KB = 32 through shared memory (K row-major as bf16 pairs along hd; V packed
-as pairs of consecutive keys along hd, so that a B fragment of P V is one 32-bit load; both padded so that a
-warp's fragment loads hit 32 banks). Per key block:
+(one m16 tile). Each warp first writes its q fragments (hi and lo, in lane order) to dynamic shared memory (16 KB
+a warp at hd 256: 64 / 96 KB a block at G = 4 / 6, above the 48 KB default, so the launch raises the limit). Keys
+go in blocks of KB = 32 through static shared memory (K row-major as bf16 pairs along hd; V packed as pairs of
+consecutive keys along hd, so that a B fragment of P V is one 32-bit load; both padded so that a warp's fragment
+loads hit 32 banks); a thread issues all its K loads of a key block together, then all its V loads. 255
+registers, 8 (G = 4) / 40 (G = 6) bytes of spills on sm_90. Per key block:
 
 - S = q kᵀ on mma m16n8k16: q (fp32) as a bf16 high part and residual (``split_bf16x2``; lo then hi into the same
   accumulators), k exact in bf16: about fp32 accuracy.
@@ -29,6 +32,12 @@ the order the slots first appear) and a row takes part only in its slot's pass; 
 blocks past its own nk, every score is -inf, so m, l and O are left exactly as they were (alpha = exp(0) = 1,
 p = 0). Keys at or past the pass's largest nk are zeros in shared memory (never stale cache memory). Other bits than
 the split-K decode kernels (another summation order), within fp32 rounding of the reference.
+
+Measured (H200, one causal prompt of 4,096 rows, `bench_kernels_b.py --only attn_prompt`): 2B 2,065, 9B 3,494,
+27B 4,756 µs, 33-43 TFLOP/s (the split-K decode kernels 64 rows a launch: 10,417 / 20,371 / 30,842; torch's
+scaled_dot_product_attention 165 / 261 / 357). Tried and dropped: q reloaded from global memory and split every
+key block with one load round trip a 16-byte chunk (2,426 / 3,869 / 6,094 µs); S's lo products in their own
+accumulators (2,129 / 3,561 / 5,095).
 
 The simulator runs it block-uniformly (every warp calls every mma and shuffle: both are block barriers there).
 """
@@ -61,7 +70,6 @@ NKS = HD // 16  # k-steps of S
 NC8 = HD // 8  # 16-byte chunks of a key row
 NKI = (KB * NC8 + 32 * G - 1) // (32 * G)  # K chunks a thread loads a key block
 NVI = (KB2 * NC8 + 32 * G - 1) // (32 * G)  # V pair chunks a thread loads a key block
-SL = 0  # 1: S's lo products in separate accumulators (TENSORFOLD_ATTN_PROMPT_SPLIT; other bits)
 NKW = 4 * NKI  # their registers
 NVW = 8 * NVI
 _U32 = np.dtype(np.uint32) if IS_SIM else np.uint32  # the simulator's dynamic shared array wants a dtype
@@ -84,7 +92,6 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
     Vs = cuda.shared.array((KB2, VST), uint32)
     oacc = cuda.local.array((NDT, 4), float32)
     sacc = cuda.local.array((NNT, 4), float32)
-    slo = cuda.local.array((NNT, 4), float32)
     r0 = tile * QT
     ra = r0 + g
     rb = ra + 8
@@ -203,7 +210,6 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
             for nt in range(NNT):
                 for e in range(4):
                     sacc[nt, e] = float32(0.0)
-                    slo[nt, e] = float32(0.0)
             for ks in range(NKS):
                 qb = ((w * NKS + ks) * 32 + lane) * 8
                 h0 = Qs[qb]
@@ -217,27 +223,13 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                 for nt in range(NNT):
                     b0 = Ks[8 * nt + g, 8 * ks + t]
                     b1 = Ks[8 * nt + g, 8 * ks + 4 + t]
-                    if SL == 1:  # the lo products in their own accumulators: two independent chains
-                        c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, slo[nt, 0], slo[nt, 1], slo[nt, 2],
-                                                  slo[nt, 3])
-                        slo[nt, 0] = c0
-                        slo[nt, 1] = c1
-                        slo[nt, 2] = c2
-                        slo[nt, 3] = c3
-                        c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
-                                                  sacc[nt, 3])
-                    else:  # lo then hi into the same accumulators
-                        c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
-                                                  sacc[nt, 3])
-                        c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
+                    c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
+                                              sacc[nt, 3])
+                    c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
                     sacc[nt, 0] = c0
                     sacc[nt, 1] = c1
                     sacc[nt, 2] = c2
                     sacc[nt, 3] = c3
-            if SL == 1:
-                for nt in range(NNT):
-                    for e in range(4):
-                        sacc[nt, e] += slo[nt, e]
             # online softmax: rows g (entries 0, 1) and g + 8 (entries 2, 3) of each n-tile
             mx_a = NINF
             mx_b = NINF
@@ -316,11 +308,11 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                     out[r, h, d] = o
 
 
-def _py(hd: int, grp: int, sl: int = 0):
+def _py(hd: int, grp: int):
     nc8 = hd // 8
     nki = (KB * nc8 + 32 * grp - 1) // (32 * grp)
     nvi = (KB2 * nc8 + 32 * grp - 1) // (32 * grp)
-    return _kcache.variant(attn_prompt_bf16, f"attn_prompt_bf16_d{hd}_g{grp}" + ("_sl" if sl else ""), SL=sl, HD=hd, G=grp, KST=hd // 2 + 4,
+    return _kcache.variant(attn_prompt_bf16, f"attn_prompt_bf16_d{hd}_g{grp}", HD=hd, G=grp, KST=hd // 2 + 4,
                            VST=hd + 8, NDT=hd // 8, NKS=hd // 16, NC8=nc8,
                            NKI=nki, NVI=nvi, NKW=4 * nki, NVW=8 * nvi)
 
@@ -345,12 +337,6 @@ def on() -> bool:
     return v == "1"
 
 
-def split_on() -> int:
-    """``TENSORFOLD_ATTN_PROMPT_SPLIT=1`` (read at each launch; off by default, being measured): S's lo products
-    accumulate apart from the hi ones (two independent mma chains, added at the end; other bits)."""
-    return 1 if os.environ.get("TENSORFOLD_ATTN_PROMPT_SPLIT", "0").strip() == "1" else 0
-
-
 def ok(k_cache, nH: int, nKV: int, hd: int) -> bool:
     """Shapes and formats this kernel handles: bf16 caches, hd a multiple of 16 up to 256, G = nH / nKV <= 8."""
     return (np.dtype(k_cache.dtype) == np.uint16 and hd % 16 == 0 and 16 <= hd <= 256 and nH % nKV == 0
@@ -362,12 +348,11 @@ def launch(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out, *, strea
     R, nH, hd = q.shape
     nKV = k_cache.shape[2]
     grp = nH // nKV
-    sl = split_on()
-    key = (hd, grp, sl)
+    key = (hd, grp)
     if key not in _K:
         if not ok(k_cache, nH, nKV, hd):
             raise ValueError(f"prompt attention: hd {hd}, {nH} heads over {nKV} kv heads, cache {k_cache.dtype}")
-        _K[key] = _kcache.kjit(_py(hd, grp, sl))
+        _K[key] = _kcache.kjit(_py(hd, grp))
     if R == 0:
         return
     dyn = q_bytes(hd, grp)
@@ -381,5 +366,5 @@ _F3 = "float32[:, :, ::1]"
 _U4 = "uint16[:, :, :, ::1]"
 _I1 = "int32[::1]"
 SIG = f"void({_F3}, {_U4}, {_U4}, {_I1}, {_I1}, {_F3}, float32, int32, {_F3})"
-COMPILE_SPECS = [(_py(256, 4), SIG), (_py(256, 6), SIG), (_py(256, 4, 1), SIG)]
+COMPILE_SPECS = [(_py(256, 4), SIG), (_py(256, 6), SIG)]
 HOT: set = set()
