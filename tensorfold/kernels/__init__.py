@@ -8,8 +8,8 @@ chosen at import time.
 
 Modules (owner): _device, affine, embedding, norms, activations, sample, launch (part A);
 delta_rule, delta_chunk_tc / delta_intra_tc (the chunked inter / intra passes on tensor cores), conv,
-attention, attention_prompt (prompt rows on tensor cores), kv8, compact (part B); gemm (tensor-core prompt GEMM); qgemv (the bandwidth-oriented tensor-core decode
-GEMV).
+attention, attention_prompt (prompt rows on tensor cores), kv8, compact (part B); gemm (tensor-core prompt GEMM);
+qgemv (the bandwidth-oriented tensor-core decode GEMV).
 """
 
 KERNEL_MODULES = (

@@ -37,7 +37,8 @@ Launch geometry
   one source (``_make_recurrent``), so their rows agree bit for bit. ``gdn_recurrent`` adds the tree rebuild (below)
   and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads).
 - ``gdn_gates_kernel``: grid-stride over R*Hv, any 1-D geometry.
-- ``gdn_prep``: grid (R', Hk), block 128, one warp a row (grid-stride): q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k), and g, β.
+- ``gdn_prep``: grid (R', Hk), block 128, one warp a row (grid-stride): q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k),
+  and g, β.
 - ``gdn_chunk_intra``: grid (max_chunks, Hv, nseg), block 128: per (chunk, head) the WY factors
   U = T(β⊙V), W = T(β⊙e^c⊙K̂) and P = (Q̂K̂ᵀ)⊙Γ, plus c (cumulative log-decay).
 - ``gdn_chunk_inter`` (``_v16``, ``_v8``): grid (nseg, Hv, ceil(Dv/w)), block (w, 128/w) for w = 32 / 16 / 8 value
@@ -659,9 +660,9 @@ gdn_fused_step.__name__ = gdn_fused_step.__qualname__ = "gdn_fused_step"
 
 def gdn_prep(qkv, a, b, A_log, dt_bias, qn, kn, g_out, beta_out):
     """qn, kn [R, Hk, Dk] = prepared q̂, k̂; g_out, beta_out [R, Hv]. grid (R', Hk), block NT: one warp a row
-    (rows blockIdx.x * NW + warp, stepping gridDim.x * NW; the loop is block-uniform so that every warp takes part
-    in each reduction, which the simulator needs), squares summed per lane then across the warp. Any grid gives
-    the same bits."""
+    (rows blockIdx.x * PREP_NW + warp, stepping gridDim.x * PREP_NW; the loop is block-uniform so that every warp
+    takes part in each reduction, which the simulator needs), squares summed per lane then across the warp. Any
+    grid gives the same bits."""
     R = qkv.shape[0]
     Hk = qn.shape[1]
     Dk = qn.shape[2]
