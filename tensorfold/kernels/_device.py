@@ -448,6 +448,16 @@ else:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def env_choice(name, default: str, choices, what: str) -> str:
+    """A kernel switch: the environment variable ``name`` (stripped; unset or empty: ``default``; ``name`` None: just
+    ``default``, checked), which must be one of ``choices`` (a ValueError naming ``what`` and the variable
+    otherwise). Read at each call, so a launch follows the environment of the moment."""
+    v = ((os.environ.get(name) if name else None) or default).strip()
+    if v not in choices:
+        raise ValueError(f"{what}: {name or 'value'} {v!r} not one of {', '.join(choices)}")
+    return v
+
+
 @devfn
 def bf16_to_f32(u):
     return np.uint32(np.uint32(u) << np.uint32(16)).view(np.float32)

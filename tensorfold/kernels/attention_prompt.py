@@ -45,12 +45,11 @@ The simulator runs it block-uniformly (every warp calls every mma and shuffle: b
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import cuda, float32, uint32
 
-from ._device import IS_SIM, pdl_begin
+from ._device import IS_SIM, devfn, env_choice, pdl_begin
 from ._mma import mma_bf16, split_bf16x2
 from .attention import _ldv4, _shx
 from .qgemv import _allow_dyn
@@ -75,6 +74,18 @@ NVW = 8 * NVI
 _U32 = np.dtype(np.uint32) if IS_SIM else np.uint32  # the simulator's dynamic shared array wants a dtype
 NINF = float32(-math.inf)
 MINIT = float32(-1e30)
+
+
+@devfn
+def _acc_mma2(acc, r, h0, h1, h2, h3, l0, l1, l2, l3, b0, b1):
+    """acc[r, 0:4] += (hi + lo) B for an A operand split into hi / lo fragments and an exact bf16 B: the lo
+    product first, then the hi one, into the same accumulators (in place)."""
+    c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, acc[r, 0], acc[r, 1], acc[r, 2], acc[r, 3])
+    c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
+    acc[r, 0] = c0
+    acc[r, 1] = c1
+    acc[r, 2] = c2
+    acc[r, 3] = c3
 
 
 def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out):
@@ -221,15 +232,8 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                 l2 = Qs[qb + 6]
                 l3 = Qs[qb + 7]
                 for nt in range(NNT):
-                    b0 = Ks[8 * nt + g, 8 * ks + t]
-                    b1 = Ks[8 * nt + g, 8 * ks + 4 + t]
-                    c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, sacc[nt, 0], sacc[nt, 1], sacc[nt, 2],
-                                              sacc[nt, 3])
-                    c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
-                    sacc[nt, 0] = c0
-                    sacc[nt, 1] = c1
-                    sacc[nt, 2] = c2
-                    sacc[nt, 3] = c3
+                    _acc_mma2(sacc, nt, h0, h1, h2, h3, l0, l1, l2, l3, Ks[8 * nt + g, 8 * ks + t],
+                              Ks[8 * nt + g, 8 * ks + 4 + t])
             # online softmax: rows g (entries 0, 1) and g + 8 (entries 2, 3) of each n-tile
             mx_a = NINF
             mx_b = NINF
@@ -280,15 +284,8 @@ def attn_prompt_bf16(q, k_cache, v_cache, row_slot, nk, qg, scale, use_gate, out
                 h2, l2 = split_bf16x2(sacc[2 * kk + 1, 0], sacc[2 * kk + 1, 1])
                 h3, l3 = split_bf16x2(sacc[2 * kk + 1, 2], sacc[2 * kk + 1, 3])
                 for dt in range(NDT):
-                    b0 = Vs[8 * kk + t, 8 * dt + g]
-                    b1 = Vs[8 * kk + 4 + t, 8 * dt + g]
-                    c0, c1, c2, c3 = mma_bf16(l0, l1, l2, l3, b0, b1, oacc[dt, 0], oacc[dt, 1], oacc[dt, 2],
-                                              oacc[dt, 3])
-                    c0, c1, c2, c3 = mma_bf16(h0, h1, h2, h3, b0, b1, c0, c1, c2, c3)
-                    oacc[dt, 0] = c0
-                    oacc[dt, 1] = c1
-                    oacc[dt, 2] = c2
-                    oacc[dt, 3] = c3
+                    _acc_mma2(oacc, dt, h0, h1, h2, h3, l0, l1, l2, l3, Vs[8 * kk + t, 8 * dt + g],
+                              Vs[8 * kk + 4 + t, 8 * dt + g])
     for half in range(2):
         r = ra if half == 0 else rb
         sl = sa if half == 0 else sb
@@ -331,10 +328,7 @@ DEFAULT = "0" if IS_SIM else "1"
 
 def on() -> bool:
     """``TENSORFOLD_ATTN_PROMPT`` (read at each launch: "0" or "1"), else DEFAULT."""
-    v = (os.environ.get("TENSORFOLD_ATTN_PROMPT") or DEFAULT).strip()
-    if v not in ("0", "1"):
-        raise ValueError(f"prompt attention: TENSORFOLD_ATTN_PROMPT {v!r} not one of 0, 1")
-    return v == "1"
+    return env_choice("TENSORFOLD_ATTN_PROMPT", DEFAULT, ("0", "1"), "prompt attention") == "1"
 
 
 def ok(k_cache, nH: int, nKV: int, hd: int) -> bool:

@@ -24,12 +24,11 @@ within the tests' tolerance of a float64 recurrence. Needs Dk a multiple of 16, 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import cuda, float32
 
-from ._device import IS_SIM, pdl_begin
+from ._device import IS_SIM, env_choice, pdl_begin
 from ._mma import split_bf16x2
 from .delta_chunk_tc import _acc_mma3, _bpacked, _split4
 from . import _kcache
@@ -235,10 +234,7 @@ DEFAULT = "0" if IS_SIM else "1"
 
 def on() -> bool:
     """``TENSORFOLD_CHUNK_INTRA_TC`` (read at each launch: "0" or "1"), else DEFAULT."""
-    v = (os.environ.get("TENSORFOLD_CHUNK_INTRA_TC") or DEFAULT).strip()
-    if v not in ("0", "1"):
-        raise ValueError(f"chunked intra pass: TENSORFOLD_CHUNK_INTRA_TC {v!r} not one of 0, 1")
-    return v == "1"
+    return env_choice("TENSORFOLD_CHUNK_INTRA_TC", DEFAULT, ("0", "1"), "chunked intra pass") == "1"
 
 
 def ok(Dk: int) -> bool:

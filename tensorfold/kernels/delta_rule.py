@@ -60,7 +60,7 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import FULL_MASK, IS_SIM, devfn, pdl_begin, pdl_trigger, pdl_wait, warp_sum
+from ._device import FULL_MASK, IS_SIM, devfn, env_choice, pdl_begin, pdl_trigger, pdl_wait, warp_sum
 from . import _kcache, delta_chunk_tc, delta_intra_tc
 from .conv import silu32
 
@@ -1146,10 +1146,9 @@ def inter_tc(tc=None) -> int:
     """Value columns a block of the tensor-core inter pass (``delta_chunk_tc``), 0 for the CUDA-core pass: ``tc``,
     else ``TENSORFOLD_CHUNK_TC`` (read at each launch: "0", "8" or "16"), else TC_DEFAULT. Its widths give the same
     bits as each other (an mma column depends on its own B column only), other bits than the CUDA-core pass."""
-    v = str(tc if tc is not None else (os.environ.get("TENSORFOLD_CHUNK_TC") or TC_DEFAULT)).strip()
-    if v not in ("0", "8", "16"):
-        raise ValueError(f"chunked inter pass: TENSORFOLD_CHUNK_TC {v!r} not one of 0, 8, 16")
-    return int(v)
+    if tc is not None:
+        return int(env_choice(None, str(tc), ("0", "8", "16"), "chunked inter pass: tc"))
+    return int(env_choice("TENSORFOLD_CHUNK_TC", TC_DEFAULT, ("0", "8", "16"), "chunked inter pass"))
 
 
 def launch_chunked(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, o, work, *, max_rows_per_seg,

@@ -22,19 +22,12 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":  # pragma: no cover - col
 from numba import cuda  # noqa: E402
 
 from tensorfold.kernels import attention_prompt as ap  # noqa: E402
+from tensorfold.model import bf16  # noqa: E402
 
 GEOM = {"2B": (8, 2), "9B": (16, 4), "27B": (24, 4)}  # nH, nKV
 HD = 256
 SCALE = HD ** -0.5
 CTX = 1400
-
-
-def _bf16(x):
-    return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
-
-
-def _f(u16):
-    return (u16.astype(np.uint32) << 16).view(np.float32)
 
 
 def _run(q, kc, vc, rs, nk, qg):
@@ -54,8 +47,8 @@ def test_prompt_attention_real_shapes(model):
     vc = np.full((2, CTX, nKV, HD), 0x7FC0, np.uint16)
     rs, nk = [], []
     for s, p0, n in segs:
-        kc[s, :p0 + n] = _bf16(rng.standard_normal((p0 + n, nKV, HD)))
-        vc[s, :p0 + n] = _bf16(rng.standard_normal((p0 + n, nKV, HD)))
+        kc[s, :p0 + n] = bf16.from_f32(rng.standard_normal((p0 + n, nKV, HD)))
+        vc[s, :p0 + n] = bf16.from_f32(rng.standard_normal((p0 + n, nKV, HD)))
         rs += [s] * n
         nk += list(range(p0 + 1, p0 + n + 1))
     rs.append(-1)
@@ -66,7 +59,7 @@ def test_prompt_attention_real_shapes(model):
     qg = rng.standard_normal((R, nH, 2 * HD)).astype(np.float32)
     dk, dv = cuda.to_device(kc), cuda.to_device(vc)
     o = _run(q, dk, dv, rs, nk, qg)
-    K, V = _f(kc).astype(np.float64), _f(vc).astype(np.float64)
+    K, V = bf16.to_f32(kc).astype(np.float64), bf16.to_f32(vc).astype(np.float64)
     for r in range(R - 1):
         Kr, Vr = K[rs[r], :nk[r]], V[rs[r], :nk[r]]  # [n, nKV, HD]
         for h in range(nH):

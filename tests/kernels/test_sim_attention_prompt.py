@@ -12,19 +12,12 @@ import pytest
 from numba import cuda
 
 from tensorfold.kernels import attention_prompt as ap
+from tensorfold.model import bf16
 from tensorfold.reference import attention as ref_att
 
 nH, nKV, HD = 4, 2, 16
 SLOTS, CTX = 3, 80
 NAN16 = np.uint16(0x7FC0)
-
-
-def _bf16(x):
-    return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
-
-
-def _f(u16):
-    return (u16.astype(np.uint32) << 16).view(np.float32)
 
 
 def _case(rng):
@@ -35,8 +28,8 @@ def _case(rng):
     kc = np.full((SLOTS, CTX, nKV, HD), NAN16, np.uint16)
     vc = np.full((SLOTS, CTX, nKV, HD), NAN16, np.uint16)
     for s, p0, n in segs:
-        kc[s, :p0 + n] = _bf16(rng.standard_normal((p0 + n, nKV, HD)))
-        vc[s, :p0 + n] = _bf16(rng.standard_normal((p0 + n, nKV, HD)))
+        kc[s, :p0 + n] = bf16.from_f32(rng.standard_normal((p0 + n, nKV, HD)))
+        vc[s, :p0 + n] = bf16.from_f32(rng.standard_normal((p0 + n, nKV, HD)))
         rows_slot += [s] * n
         rows_nk += list(range(p0 + 1, p0 + n + 1))
     rows_slot.append(-1)
@@ -55,8 +48,8 @@ def _oracle(q, kc, vc, rs, nk, qg, scale, gate):
         if rs[r] < 0:
             continue
         for h in range(nH):
-            K = _f(kc[rs[r], :nk[r], h // G]).astype(np.float64)
-            V = _f(vc[rs[r], :nk[r], h // G]).astype(np.float64)
+            K = bf16.to_f32(kc[rs[r], :nk[r], h // G]).astype(np.float64)
+            V = bf16.to_f32(vc[rs[r], :nk[r], h // G]).astype(np.float64)
             s = K @ q[r, h].astype(np.float64) * scale
             p = np.exp(s - s.max())
             o = p @ V / p.sum()
@@ -84,8 +77,9 @@ def test_prompt_attention_vs_float64_and_alone(gate):
     np.testing.assert_allclose(o[live], _oracle(q, kc, vc, rs, nk, qg, scale, gate)[live], rtol=2e-5, atol=2e-5)
     assert (o[~live] == 7.0).all()  # the padding row is not written
     if gate:  # the module's twin in value (the split-K reference: same keys, fp32 softmax)
-        tw = ref_att.attention_rows(q, _f(kc), _f(vc), np.zeros(0, np.float32), np.zeros(0, np.float32), rs, nk,
-                                    np.zeros_like(nk), np.zeros_like(nk), scale, gate=qg[:, :, HD:])
+        z = np.zeros(0, np.float32)
+        tw = ref_att.attention_rows(q, kc, vc, z, z, rs, nk, np.zeros_like(nk), np.zeros_like(nk), scale,
+                                    gate=qg[:, :, HD:])
         np.testing.assert_allclose(o[live], np.asarray(tw)[live], rtol=2e-5, atol=2e-5)
     # segment B (rows 21..32) alone: its tiles now start at its first row; the same bits
     ob = _run(q[21:33], kc, vc, rs[21:33], nk[21:33], qg[21:33], scale, gate)
