@@ -83,6 +83,97 @@ def _region_kernel():
     return read_regions
 
 
+def _bulk_kernel():
+    import numpy as np
+    from numba import cuda
+
+    from tensorfold.kernels._bulk import bulk_g2s, fence_async, mbar_fence_init, mbar_init, mbar_try_wait
+
+    @cuda.jit
+    def read_bulk(W, out, S, PW):
+        """each warp reads its own contiguous share of W in pieces of PW words through a ring of S shared stages
+        filled by bulk copies (lane 0 issues, an mbarrier a stage), S pieces in flight from the start; the lanes read
+        a landed piece back with 16-byte shared loads and xor-fold it (the consumer side of a bulk-copy GEMV)"""
+        ring = cuda.shared.array(0, np.uint32)
+        bars = cuda.shared.array(64, np.uint64)
+        lane = cuda.threadIdx.x & 31
+        wl = cuda.threadIdx.x >> 5
+        warp = cuda.grid(1) >> 5
+        nwarp = cuda.gridsize(1) >> 5
+        per = W.shape[0] // nwarp // PW  # pieces a warp
+        base = warp * per * PW
+        rb = wl * S * PW
+        if lane == 0:
+            for s in range(S):
+                mbar_init(bars, wl * S + s, 1)
+            mbar_fence_init()
+        cuda.syncwarp()
+        if lane == 0:
+            for s in range(min(S, per)):
+                bulk_g2s(ring, rb + s * PW, W, base + s * PW, PW * 4, bars, wl * S + s)
+        acc = np.uint32(0)
+        for i in range(per):
+            s = i % S
+            par = (i // S) & 1
+            while mbar_try_wait(bars, wl * S + s, par) == 0:
+                pass
+            o = rb + s * PW
+            for j in range(lane * 4, PW, 128):
+                acc ^= ring[o + j] ^ ring[o + j + 1] ^ ring[o + j + 2] ^ ring[o + j + 3]
+            cuda.syncwarp()
+            if lane == 0 and i + S < per:
+                fence_async()
+                bulk_g2s(ring, o, W, base + (i + S) * PW, PW * 4, bars, wl * S + s)
+        if acc == np.uint32(0x9E3779B9):
+            out[0] = acc
+
+    return read_bulk
+
+
+def read_floor_bulk(ctx, bk, bw, mbs, confs, res):
+    """``--floor-bulk``: the bulk-copy ring read (``_bulk_kernel``) at each config ``S,PW,blocks,tpb`` and size,
+    beside the register-load regions read at qgemv's grid"""
+    from tensorfold.kernels.qgemv import _allow_dyn
+
+    cuda = ctx["cuda"]
+    kb = _bulk_kernel()
+    kr = _region_kernel()
+    o = cuda.device_array(1, dtype="uint32")
+    for mb in mbs:
+        n = int(mb * 2**20) // 16 * 4
+        mats = [ctx["rand_u32"]((n,)) for _ in range(bk._copies(n * 4))]
+        for c in [(0, 0, 396, 128)] + confs:
+            S, PW, blocks, tpb = c
+            nwarp = blocks * tpb // 32
+            if S == 0:
+                def mk(m):
+                    return lambda s: kr[blocks, tpb, s](m[0], o)
+                nm, nb = f"regions {blocks}x{tpb}", n // nwarp // 512 * 512 * nwarp * 4
+            else:
+                dyn = (tpb // 32) * S * PW * 4
+
+                def mk(m, S=S, PW=PW, blocks=blocks, tpb=tpb, dyn=dyn):
+                    def go(s):
+                        cfg = kb[blocks, tpb, s, dyn]
+                        if dyn > 48 * 1024:
+                            cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
+                        cfg(m[0], o, S, PW)
+                    return go
+                nm, nb = f"bulk S{S} P{PW * 4} {blocks}x{tpb}", n // nwarp // PW * PW * nwarp * 4
+            case = bk.Case(name=nm, model="-", shape=f"{mb} MB", nbytes=nb, launches=[mk(m) for m in mats])
+            try:
+                sec, how = bk.time_case(case, ctx)
+            except Exception as e:  # noqa: BLE001
+                print(f"floor bulk {mb} MB {nm}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            gbs = nb / sec / 1e9
+            res.append(dict(model="floor", label="bulk", out=n * 4, inp=0, R=0, kernel=nm, us=sec * 1e6, gbs=gbs,
+                            pct=100 * gbs / bw, geo="", how=how))
+            print(f"floor bulk {mb:7.1f} MB {nm:26s} {sec * 1e6:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %",
+                  flush=True)
+        del mats
+
+
 def gemv_launcher(m, x, y, bits, group, p, R, ws, glu, keep=None):
     """``stream -> launch`` of one decode GEMV on weight copy ``m`` (W, S, B, ...): a swept plan goes to qgemv
     directly (``affine`` takes MLX arrays only), any other through ``affine.launch_qgemv``. ``keep``: buffers the
@@ -151,6 +242,10 @@ def main(argv=None):
                     "xh, bf16-only x (xh 1); without it a plan keeps its default (TENSORFOLD_GEMV3_XH)")
     ap.add_argument("--floor", default="", help="MB list: time a plain 16-byte-load read of that many MB first "
                     "(what any kernel of that size can reach inside a graph)")
+    ap.add_argument("--floor-bulk", default="", help="MB list: the bulk-copy ring read (and qgemv's regions read) "
+                    "at each --bulk-confs config")
+    ap.add_argument("--bulk-confs", default="2,576,396,128;4,576,396,128;8,576,396,128;4,2304,396,128",
+                    help="S,PW,blocks,tpb;...: ring stages, words a piece, grid")
     ap.add_argument("--swept", action="store_true", help="time each qgemv plan on the swept layout too "
                     "(qgemv.sweep_pack of the same weights; same bits)")
     ap.add_argument("--glu", action="store_true", help="time each plan's SwiGLU-epilogue form too (gate | up "
@@ -173,6 +268,9 @@ def main(argv=None):
     res = []
     if args.floor:
         read_floor(ctx, bk, bw, [float(v) for v in args.floor.split(",")], res)
+    if args.floor_bulk:
+        read_floor_bulk(ctx, bk, bw, [float(v) for v in args.floor_bulk.split(",")],
+                        [tuple(int(v) for v in c.split(",")) for c in args.bulk_confs.split(";") if c], res)
     shapes = [] if args.shapes == "-" else (SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")])
     shapes = shapes + [("-", "sweep", int(c.split(",")[0]), int(c.split(",")[1]))
                        for c in args.custom.split(";") if c]
