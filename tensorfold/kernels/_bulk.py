@@ -7,15 +7,18 @@ GPU (sm_90 only; the callers choose these kernels only where ``available()``):
 - ``mbar_fence_init()``: makes the initialised barriers visible to the copy engine (once, before the first copy).
 - ``bulk_g2s(dst, di, src, si, nbytes, bars, bi)``: one thread copies ``nbytes`` (a multiple of 16; both addresses
   16-byte aligned) from word ``si`` of the C-contiguous uint32 array ``src`` (flat offset, any shape) to element ``di``
-  of the 1-d shared uint32 array ``dst``, and arrives on ``bars[bi]`` announcing those bytes (``expect_tx``): the
+  of the 1-d shared uint32 or uint64 array ``dst``, and arrives on ``bars[bi]`` announcing those bytes (``expect_tx``): the
   barrier's phase completes when the bytes have landed.
 - ``mbar_try_wait(bars, i, parity) -> uint32``: 1 once phase ``parity`` (0 / 1) of ``bars[i]`` has completed (the
   hardware suspends the thread a while before it answers 0).
 - ``fence_async()``: orders this thread's earlier generic-proxy shared accesses (after a warp barrier, the warp's
   reads of a ring stage) before the copy engine's next write of that stage.
+- ``syncwarp()``: the warp's barrier (``bar.warp.sync``; every lane of a full warp must reach it).
 
 Simulator: the copy happens at issue (word by word), the barrier calls are no-ops and a wait answers 1 at once, so
-a kernel's arithmetic, hence its bits, is the same as on the GPU.
+a kernel's arithmetic, hence its bits, is the same as on the GPU. The simulator has no warp barrier of its own:
+``syncwarp`` there is a ``threading.Barrier`` of the warp's 32 simulated threads (the simulator runs a block's
+threads concurrently), so a lane that refills a stage cannot overtake the lanes still reading it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from numba import cuda
 
 from ._device import IS_SIM
 
-__all__ = ["available", "mbar_init", "mbar_fence_init", "bulk_g2s", "mbar_try_wait", "fence_async"]
+__all__ = ["available", "mbar_init", "mbar_fence_init", "bulk_g2s", "mbar_try_wait", "fence_async", "syncwarp"]
 
 
 def available(cc=None) -> bool:
@@ -93,7 +96,7 @@ if not IS_SIM:
 
     @intrinsic
     def bulk_g2s(typingctx, dst, di, src, si, nbytes, bars, bi):
-        if not (isinstance(dst, types.Array) and dst.ndim == 1 and dst.dtype == types.uint32):
+        if not (isinstance(dst, types.Array) and dst.ndim == 1 and dst.dtype in (types.uint32, types.uint64)):
             return None
         if not (isinstance(src, types.Array) and src.layout == "C" and src.dtype == types.uint32 and _is_bars(bars)):
             return None
@@ -133,7 +136,25 @@ if not IS_SIM:
 
         return sig, codegen
 
+    @cuda.jit(device=True, forceinline=True)
+    def syncwarp():
+        cuda.syncwarp()
+
 else:
+    import threading
+
+    _LOCK = threading.Lock()
+
+    def syncwarp():
+        t = threading.current_thread()
+        m = t._manager  # the simulator's BlockManager of this block (one a block)
+        w = t.thread_id // 32
+        with _LOCK:
+            bars = m.__dict__.setdefault("_tf_warp_barriers", {})
+            if w not in bars:
+                bars[w] = threading.Barrier(32, timeout=300)
+            b = bars[w]
+        b.wait()
 
     @cuda.jit(device=True)
     def mbar_init(bars, i, count):
@@ -148,8 +169,12 @@ else:
     @cuda.jit(device=True)
     def bulk_g2s(dst, di, src, si, nbytes, bars, bi):
         flat = src.reshape(src.size)
-        for k in range(nbytes // 4):
-            dst[di + k] = flat[si + k]
+        if dst.dtype.itemsize == 8:
+            for k in range(nbytes // 8):
+                dst[di + k] = np.uint64(flat[si + 2 * k]) | (np.uint64(flat[si + 2 * k + 1]) << np.uint64(32))
+        else:
+            for k in range(nbytes // 4):
+                dst[di + k] = flat[si + k]
 
     @cuda.jit(device=True)
     def mbar_try_wait(bars, i, parity):

@@ -278,3 +278,59 @@ def test_deferred_completion_real_shapes(label, out, inp):
         assert not np.isnan(ob).any()
         assert np.array_equal(ha.view(np.uint32), hb.view(np.uint32)), f"{label} R={R}: residual"
         assert np.array_equal(oa.view(np.uint32), ob.view(np.uint32)), f"{label} R={R}: normed rows"
+
+
+@pytest.mark.parametrize("label,out,inp", [("9B gate/up", 24576, 4096), ("9B down", 4096, 12288),
+                                           ("27B down", 5120, 17408), ("27B out_proj", 5120, 6144)])
+@pytest.mark.parametrize("bk", [2, 4, 8])
+def test_bulk_ring_real_shapes(label, out, inp, bk):
+    """The bulk-copy ring (``bk`` stages a warp, sm_90) at the real shapes, swept layout, the default plan with
+    bf16 x: bit-equal to the register ring at 1, 4, 8 and 11 rows (two launches), the deferred form too where the
+    plan has several chunks, and at 9B gate + up the SwiGLU epilogue; the register ring within the oracle's bound
+    of float64 on x rounded to bf16; a second launch of the same input gives the same bits (every mbarrier phase
+    starts clean)."""
+    import dataclasses
+
+    from tensorfold.kernels import _bulk
+    from tensorfold.kernels import qgemv as Q
+
+    cuda = _cuda()
+    if not _bulk.available():
+        pytest.skip("bulk copies need cc 9.0")
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    p = dataclasses.replace(Q.plan(out, inp, bits, group), sw=1, xh=1)
+    pb = dataclasses.replace(p, bk=bk)
+    assert pb.bulk_for() == bk
+    sdev = [Q.sweep_pack_device(cuda.to_device(P), cuda.to_device(S), cuda.to_device(B), bits, group, p.u,
+                                per=p.per), cuda.to_device(S), cuda.to_device(B)]
+    x = rng.standard_normal((11, inp)).astype(np.float32)
+    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
+    for R in (1, 4, 8, 11):
+        ys = []
+        for pl in (p, pb, pb):
+            ys.append(_run(cuda, sdev, x[:R], pl, bits, group))
+        _check(ys[0], ref[:R], bound[:R])
+        for y in ys[1:]:
+            assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), f"{label} bk{bk} R={R}"
+    if p.ks > 1:
+        for R in (1, 8):
+            parts = []
+            for pl in (p, pb):
+                ws = cuda.to_device(np.full((p.ks, R, out), np.nan, np.float32))
+                y = cuda.to_device(np.full((R, out), np.nan, np.float32))
+                Q.launch(*sdev, cuda.to_device(x[:R]), y, pl, R, ws=ws, defer=True)
+                parts.append(ws.copy_to_host())
+            assert not np.isnan(parts[0]).any()
+            assert np.array_equal(parts[0].view(np.uint32), parts[1].view(np.uint32)), f"{label} bk{bk} defer R={R}"
+    if out % 16 == 0 and out >= 16384:
+        gW = Q.sweep_pack_device(cuda.to_device(P), sdev[1], sdev[2], bits, group, p.u, glu=True, per=p.per)
+        for R in (1, 8):
+            gs = []
+            for pl in (dataclasses.replace(p, sw=2), dataclasses.replace(pb, sw=2)):
+                y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+                Q.launch(gW, sdev[1], sdev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
+                gs.append(y.copy_to_host())
+            assert not np.isnan(gs[0]).any()
+            assert np.array_equal(gs[0].view(np.uint32), gs[1].view(np.uint32)), f"{label} bk{bk} glu R={R}"
