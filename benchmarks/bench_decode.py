@@ -282,7 +282,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     d = _synth_dir(geom, root, log)
     ck = load_checkpoint(d)
     c = ck.config
-    ctx = max(max(prompts), decode_prompt + (6 * steps + 8 if split else steps + 8)) + 64
+    ctx = max(max(prompts, default=0), decode_prompt + (6 * steps + 8 if split else steps + 8)) + 64
     nmax = max(streams)
     t = time.perf_counter()
     be = CudaBackend(ck.tensors, c, parallel=nmax, context=ctx, kv_cache="bf16", prompt_rows=prompt_rows,
@@ -563,7 +563,7 @@ def main(argv=None):
 
     geoms = a.geometry or ["2b", "9b"]
     streams = [int(x) for x in a.streams.split(",")]
-    prompts = [int(x) for x in a.prompts.split(",")]
+    prompts = [int(x) for x in a.prompts.split(",") if x.strip()]
     lines = []
 
     def log(msg):
