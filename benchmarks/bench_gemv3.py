@@ -160,17 +160,7 @@ def read_floor_bulk(ctx, bk, bw, mbs, confs, res):
                         cfg(m[0], o, S, PW)
                     return go
                 nm, nb = f"bulk S{S} P{PW * 4} {blocks}x{tpb}", n // nwarp // PW * PW * nwarp * 4
-            case = bk.Case(name=nm, model="-", shape=f"{mb} MB", nbytes=nb, launches=[mk(m) for m in mats])
-            try:
-                sec, how = bk.time_case(case, ctx)
-            except Exception as e:  # noqa: BLE001
-                print(f"floor bulk {mb} MB {nm}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
-                continue
-            gbs = nb / sec / 1e9
-            res.append(dict(model="floor", label="bulk", out=n * 4, inp=0, R=0, kernel=nm, us=sec * 1e6, gbs=gbs,
-                            pct=100 * gbs / bw, geo="", how=how))
-            print(f"floor bulk {mb:7.1f} MB {nm:26s} {sec * 1e6:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %",
-                  flush=True)
+            _time_floor(ctx, bk, bw, res, "bulk", nm, mb, n, nb, [mk(m) for m in mats])
         del mats
 
 
@@ -218,14 +208,23 @@ def read_floor(ctx, bk, bw, mbs, res):
             nm = f"regions {-blocks}x{tpb}" if blocks < 0 else f"read {blocks}x{tpb}"
             nwarp = -blocks * tpb // 32
             nb = (n // nwarp // 512 * 512 * nwarp if blocks < 0 else n) * 4  # the regions read whole 2 KB steps
-            case = bk.Case(name=nm, model="-", shape=f"{mb} MB", nbytes=nb, launches=[mk(m) for m in mats])
-            sec, how = bk.time_case(case, ctx)
-            gbs = nb / sec / 1e9
-            res.append(dict(model="floor", label="read", out=n * 4, inp=0, R=0, kernel=case.name, us=sec * 1e6,
-                            gbs=gbs, pct=100 * gbs / bw, geo="", how=how))
-            print(f"floor read {mb:7.1f} MB {case.name:16s} {sec * 1e6:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %",
-                  flush=True)
+            _time_floor(ctx, bk, bw, res, "read", nm, mb, n, nb, [mk(m) for m in mats])
         del mats
+
+
+def _time_floor(ctx, bk, bw, res, label, nm, mb, n, nb, launches):
+    """one floor case (``nb`` bytes read, launches over the rotated copies) timed, printed and added to ``res``"""
+    case = bk.Case(name=nm, model="-", shape=f"{mb} MB", nbytes=nb, launches=launches)
+    try:
+        sec, how = bk.time_case(case, ctx)
+    except Exception as e:  # noqa: BLE001
+        print(f"floor {label} {mb} MB {nm}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+        return
+    gbs = nb / sec / 1e9
+    res.append(dict(model="floor", label=label, out=n * 4, inp=0, R=0, kernel=nm, us=sec * 1e6, gbs=gbs,
+                    pct=100 * gbs / bw, geo="", how=how))
+    print(f"floor {label} {mb:7.1f} MB {nm:26s} {sec * 1e6:8.1f} us {gbs:7.0f} GB/s {100 * gbs / bw:5.1f} %",
+          flush=True)
 
 
 def main(argv=None):

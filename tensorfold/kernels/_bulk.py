@@ -31,16 +31,21 @@ from ._device import IS_SIM
 __all__ = ["available", "mbar_init", "mbar_fence_init", "bulk_g2s", "mbar_try_wait", "fence_async", "syncwarp"]
 
 
+_CC: list = []
+
+
 def available(cc=None) -> bool:
     """Whether bulk-copy kernels can run: the simulator always, a GPU from cc 9.0 (``cc``: a target's, else the
-    current device's)."""
+    current device's, read once: launches ask at every call)."""
     if IS_SIM:
         return True
     if cc is None:
-        try:
-            cc = tuple(cuda.get_current_device().compute_capability)
-        except Exception:  # noqa: BLE001
-            return False
+        if not _CC:
+            try:
+                _CC.append(tuple(cuda.get_current_device().compute_capability))
+            except Exception:  # noqa: BLE001
+                return False
+        cc = _CC[0]
     return tuple(cc) >= (9, 0)
 
 
@@ -49,6 +54,8 @@ if not IS_SIM:
     from numba import types
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
+
+    from ._device import _asm_void
 
     _I32 = ir.IntType(32)
 
@@ -62,35 +69,32 @@ if not IS_SIM:
     def _is_bars(t):
         return isinstance(t, types.Array) and t.ndim == 1 and t.dtype == types.uint64
 
-    @intrinsic
-    def mbar_init(typingctx, bars, i, count):
-        if not (_is_bars(bars) and isinstance(i, types.Integer) and isinstance(count, types.Integer)):
-            return None
-        sig = types.void(bars, i, count)
+    def _bar_op(text, ret):
+        """An intrinsic ``f(bars, i, v)``: inline PTX ``text`` on the shared address of ``bars[i]`` ($a) and the
+        int32 ``v`` ($v); ``ret`` True: it yields a uint32 ($0), else nothing."""
+        cons = ("=r," if ret else "") + "r,r,~{memory}"
+        text = text.replace("$a", "$1" if ret else "$0").replace("$v", "$2" if ret else "$1")
 
-        def codegen(context, builder, sig, args):
-            a = _saddr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            c = context.cast(builder, args[2], sig.args[2], types.int32)
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, _I32]),
-                               "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", side_effect=True)
-            builder.call(asm, [a, c])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    def _asm_void(text):
-        def typer(typingctx):
-            sig = types.void()
+        def typer(typingctx, bars, i, v):
+            if not (_is_bars(bars) and isinstance(i, types.Integer) and isinstance(v, types.Integer)):
+                return None
+            sig = (types.uint32 if ret else types.void)(bars, i, v)
 
             def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
+                a = _saddr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                c = context.cast(builder, args[2], sig.args[2], types.int32)
+                asm = ir.InlineAsm(ir.FunctionType(_I32 if ret else ir.VoidType(), [_I32, _I32]), text, cons,
+                                   side_effect=True)
+                res = builder.call(asm, [a, c])
+                return res if ret else context.get_dummy_value()
 
             return sig, codegen
 
         return intrinsic(typer)
 
+    mbar_init = _bar_op("mbarrier.init.shared::cta.b64 [$a], $v;", False)
+    mbar_try_wait = _bar_op("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$a], $v; "
+                            "selp.u32 $0, 1, 0, p; }", True)
     mbar_fence_init = _asm_void("fence.mbarrier_init.release.cluster;")
     fence_async = _asm_void("fence.proxy.async.shared::cta;")
 
@@ -117,22 +121,6 @@ if not IS_SIM:
                                "r,l,r,r,~{memory}", side_effect=True)
             builder.call(asm, [d, gp, m, n])
             return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def mbar_try_wait(typingctx, bars, i, parity):
-        if not (_is_bars(bars) and isinstance(i, types.Integer) and isinstance(parity, types.Integer)):
-            return None
-        sig = types.uint32(bars, i, parity)
-
-        def codegen(context, builder, sig, args):
-            a = _saddr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            p = context.cast(builder, args[2], sig.args[2], types.int32)
-            text = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
-                    "selp.u32 $0, 1, 0, p; }")
-            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32, _I32]), text, "=r,r,r,~{memory}", side_effect=True)
-            return builder.call(asm, [a, p])
 
         return sig, codegen
 

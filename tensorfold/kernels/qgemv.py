@@ -1139,7 +1139,7 @@ class V3Plan:
 
     def bulk_bytes(self) -> int:
         """dynamic shared bytes of the bulk ring (every warp's stages)"""
-        return self.nw * self.bulk_for() * (16 * self.u * (self.group * self.bits // 32) + 16 * self.u) * 4
+        return self.nw * self.bulk_for() * sweep_shape(self.out, self.inp, self.bits, self.group, self.u)[1] * 4
 
     @property
     def ks(self) -> int:

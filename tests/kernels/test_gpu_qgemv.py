@@ -33,6 +33,18 @@ def _run(cuda, dev, x, p, bits, group):
 SHAPES = [("9B gate/up", 24576, 4096), ("27B down", 5120, 17408)]
 
 
+def _glu_run(cuda, W, S, B, x, p):
+    """the SwiGLU epilogue of plan ``p`` over device weights ``W`` / ``S`` / ``B`` and host rows ``x`` -> host
+    ``y [R, out / 2]`` (poisoned with NaN before the launch)"""
+    from tensorfold.kernels import qgemv as Q
+
+    R, out = x.shape[0], S.shape[0]
+    y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+    ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+    Q.launch(W, S, B, cuda.to_device(x), y, p, R, ws=ws, glu=True)
+    return y.copy_to_host()
+
+
 def _glu_swept_same_bits(cuda, dev, x, p, bits, group, rows, label):
     """The SwiGLU epilogue of plan ``p`` on the MLX arrays ``dev`` against the device repack with gate / up rows
     paired (``sweep_pack_device(glu=True)``, plan ``sw = 2``): bit-equal at each row count of ``rows``."""
@@ -40,16 +52,10 @@ def _glu_swept_same_bits(cuda, dev, x, p, bits, group, rows, label):
 
     from tensorfold.kernels import qgemv as Q
 
-    out = dev[0].shape[0]
     gp = dataclasses.replace(p, sw=2)
     gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
     for R in rows:
-        ys = []
-        for W, pl in ((dev[0], p), (gW, gp)):
-            y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
-            ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
-            Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
-            ys.append(y.copy_to_host())
+        ys = [_glu_run(cuda, W, dev[1], dev[2], x[:R], pl) for W, pl in ((dev[0], p), (gW, gp))]
         assert not np.isnan(ys[0]).any()
         assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu R={R}"
 
@@ -326,11 +332,6 @@ def test_bulk_ring_real_shapes(label, out, inp, bk):
     if out % 16 == 0 and out >= 16384:
         gW = Q.sweep_pack_device(cuda.to_device(P), sdev[1], sdev[2], bits, group, p.u, glu=True, per=p.per)
         for R in (1, 8):
-            gs = []
-            for pl in (dataclasses.replace(p, sw=2), dataclasses.replace(pb, sw=2)):
-                y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
-                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
-                Q.launch(gW, sdev[1], sdev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
-                gs.append(y.copy_to_host())
+            gs = [_glu_run(cuda, gW, sdev[1], sdev[2], x[:R], dataclasses.replace(pl, sw=2)) for pl in (p, pb)]
             assert not np.isnan(gs[0]).any()
             assert np.array_equal(gs[0].view(np.uint32), gs[1].view(np.uint32)), f"{label} bk{bk} glu R={R}"
