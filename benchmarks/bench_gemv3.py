@@ -83,6 +83,9 @@ def _region_kernel():
     return read_regions
 
 
+_BULK_BARS = 128  # mbarriers a block of the bulk floor read: warps x stages must not exceed it
+
+
 def _bulk_kernel():
     import numpy as np
     from numba import cuda
@@ -95,7 +98,7 @@ def _bulk_kernel():
         filled by bulk copies (lane 0 issues, an mbarrier a stage), S pieces in flight from the start; the lanes read
         a landed piece back with 16-byte shared loads and xor-fold it (the consumer side of a bulk-copy GEMV)"""
         ring = cuda.shared.array(0, np.uint32)
-        bars = cuda.shared.array(64, np.uint64)
+        bars = cuda.shared.array(_BULK_BARS, np.uint64)
         lane = cuda.threadIdx.x & 31
         wl = cuda.threadIdx.x >> 5
         warp = cuda.grid(1) >> 5
@@ -150,6 +153,9 @@ def read_floor_bulk(ctx, bk, bw, mbs, confs, res):
                     return lambda s: kr[blocks, tpb, s](m[0], o)
                 nm, nb = f"regions {blocks}x{tpb}", n // nwarp // 512 * 512 * nwarp * 4
             else:
+                if (tpb // 32) * S > _BULK_BARS:  # session 26 call 1: 12 warps x 8 stages overran 64 barriers
+                    print(f"floor bulk {mb} MB S{S} {blocks}x{tpb}: skipped (more than {_BULK_BARS} barriers)")
+                    continue
                 dyn = (tpb // 32) * S * PW * 4
 
                 def mk(m, S=S, PW=PW, blocks=blocks, tpb=tpb, dyn=dyn):
