@@ -253,8 +253,6 @@ def main(argv=None):
                     help="S,PW,blocks,tpb;...: ring stages, words a piece, grid")
     ap.add_argument("--swept", action="store_true", help="time each qgemv plan on the swept layout too "
                     "(qgemv.sweep_pack of the same weights; same bits)")
-    ap.add_argument("--bulk", default="", help="ring stages list: time each swept form with the bulk-copy ring "
-                    "(qgemv bk) too; the same bits")
     ap.add_argument("--glu", action="store_true", help="time each plan's SwiGLU-epilogue form too (gate | up "
                     "weights: y [R, out / 2]; the shape's out must be a multiple of 16)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -318,9 +316,6 @@ def main(argv=None):
                           for nm, p in v3 if (p.u, True, p.per) in smats]
             if args.only_sw:
                 forms = [f for f in forms if getattr(f[1], "sw", 0)]
-            for b in [int(v) for v in args.bulk.split(",") if v]:  # the bulk-copy ring beside each swept form
-                forms += [(nm + f" bk{b}", dataclasses.replace(p, bk=b), glu, m_) for nm, p, glu, m_ in list(forms)
-                          if getattr(p, "sw", 0) and not getattr(p, "bk", 0)]
             if args.xh:  # hi + lo x (xh 0) and bf16-only x (xh 1, the default since session 22) side by side
                 v3f = [f for f in forms if isinstance(f[1], Q.V3Plan)]
                 forms = ([f for f in forms if not isinstance(f[1], Q.V3Plan)]

@@ -1,5 +1,11 @@
 """Bulk copies global -> shared on the Hopper copy engine (``cp.async.bulk`` with an mbarrier), for kernels that
-stream weights through a per-warp shared ring instead of holding the next loads in registers.
+stream data through a shared ring instead of holding the next loads in registers.
+
+Used today by ``benchmarks/bench_gemv3.py --floor-bulk`` only. Session 26 built a qgemv form on them (each warp
+streaming its swept pieces through 2-8 stages) and measured it slower at every shape, 1 and 8 rows, than the
+register ring (9B gate+up 24.7 -> 26.8 us at 4 stages, 27B down 26.4 -> 29.2 us; the plain floor read through
+4-stage rings of 2.3 KB pieces 12.4 us against 9.9 us for register loads at 28 MB), and its GPU test failed at
+three of four shapes; that form is removed (benchmarks/results/session26_2026-12-03.md).
 
 GPU (sm_90 only; the callers choose these kernels only where ``available()``):
 
@@ -13,12 +19,9 @@ GPU (sm_90 only; the callers choose these kernels only where ``available()``):
   hardware suspends the thread a while before it answers 0).
 - ``fence_async()``: orders this thread's earlier generic-proxy shared accesses (after a warp barrier, the warp's
   reads of a ring stage) before the copy engine's next write of that stage.
-- ``syncwarp()``: the warp's barrier (``bar.warp.sync``; every lane of a full warp must reach it).
 
 Simulator: the copy happens at issue (word by word), the barrier calls are no-ops and a wait answers 1 at once, so
-a kernel's arithmetic, hence its bits, is the same as on the GPU. The simulator has no warp barrier of its own:
-``syncwarp`` there is a ``threading.Barrier`` of the warp's 32 simulated threads (the simulator runs a block's
-threads concurrently), so a lane that refills a stage cannot overtake the lanes still reading it.
+a kernel's arithmetic, hence its bits, is the same as on the GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from numba import cuda
 
 from ._device import IS_SIM
 
-__all__ = ["available", "mbar_init", "mbar_fence_init", "bulk_g2s", "mbar_try_wait", "fence_async", "syncwarp"]
+__all__ = ["available", "mbar_init", "mbar_fence_init", "bulk_g2s", "mbar_try_wait", "fence_async"]
 
 
 _CC: list = []
@@ -124,25 +127,7 @@ if not IS_SIM:
 
         return sig, codegen
 
-    @cuda.jit(device=True, forceinline=True)
-    def syncwarp():
-        cuda.syncwarp()
-
 else:
-    import threading
-
-    _LOCK = threading.Lock()
-
-    def syncwarp():
-        t = threading.current_thread()
-        m = t._manager  # the simulator's BlockManager of this block (one a block)
-        w = t.thread_id // 32
-        with _LOCK:
-            bars = m.__dict__.setdefault("_tf_warp_barriers", {})
-            if w not in bars:
-                bars[w] = threading.Barrier(32, timeout=300)
-            b = bars[w]
-        b.wait()
 
     @cuda.jit(device=True)
     def mbar_init(bars, i, count):

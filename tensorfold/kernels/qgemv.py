@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from . import _bulk, _kcache
+from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
                       pdl_trigger, pdl_wait)
@@ -365,7 +365,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, bk: int = 0) -> str:
+                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -416,21 +416,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     - ``xh = 2``: the hi + lo kernel's layout (4 rows an n-tile) with every lo column zero, and only the hi
       columns' sums (d0, d2) accumulated: the cheaper loop for 1-4 rows. A column of an mma depends only on its own
       B column, the x values, group sums and accumulation order are those of ``xh = 1``, so a row gets the same
-      bits from either form (tests/kernels/test_sim_qgemv.py checks it).
-
-    ``bk`` > 1 (a power of two; swept layout, one 16-row tile a warp, ``u`` 4, 2 words a lane and group; sm_90):
-    the bulk-copy ring. Instead of holding the next iteration's words in registers, each warp streams its pieces
-    (one K iteration of its unit: ``16 u`` rows of codes, then scales and biases, contiguous in the swept layout)
-    through ``bk`` shared stages that lane 0 fills with ``cp.async.bulk`` (``kernels._bulk``), one mbarrier a
-    stage. The first ``bk`` pieces are asked for before the PDL wait; a piece's stage is asked for again (the piece
-    ``bk`` later, possibly of the warp's next tile) once the warp has read it back into the names the arithmetic
-    uses. Only the load path differs: the same values reach the same arithmetic, hence the same bits."""
+      bits from either form (tests/kernels/test_sim_qgemv.py checks it)."""
     nwp = max(nwp, nw)
     assert not xh or not (pf or stages or kp > 1)
     X8 = xh == 1
     RPN = 8 if X8 else 4  # batch rows an n-tile
     assert not sw or (u in (2, 4) and not (pf or stages) and kp == 1)
-    assert not bk or (sw and mt == 1 and u == 4 and bk >= 2 and bk & (bk - 1) == 0)
     assert kp == 1 or (pf and nw % kp == 0 and cg % kp == 0 and (cg // kp) % u == 0)
     nts = nw // kp  # tile slots a block
     lw, cl, steps = _lane_layout(bits, group)
@@ -445,7 +436,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     TR = 16 * mt
     if stages:
         assert lw == 2 and u in (2, 4) and 2 <= stages <= 8 and stages - 1 <= nit
-    assert not bk or lw == 2
     npw = mt * 2 * u  # ring pieces (8 bytes a lane) of weights an iteration, then the scale / bias pieces
     NP = npw + mt * 2 * (1 if u == 2 else 2)
     if pf:
@@ -477,19 +467,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
-    PWs = 16 * u * wpg + 16 * u  # words of a swept piece: 16 rows x u groups of codes, then their scales and biases
-    RB = 0  # the bulk ring's first element (uint64) in the dynamic array: after the x fragments where those are there
-    if bk:
-        if xb_dynamic(group, cg, nt, xh, stages):
-            a("    wr = xb")
-            RB = XBW
-        else:
-            a("    wr = cuda.shared.array(0, _U64)")
-        a(f"    bars = cuda.shared.array({nw * bk}, np.uint64)")
-    PW2 = PWs // 2
     if kp > 1:
         a(f"    red = cuda.shared.array({kp * nts * NV * 32}, np.float32)")  # part sums of the slots' tiles
     # the swept layout (``sweep_pack``): W is [pieces, PW]; the (unread) MLX scales give the row count
+    PWs = 16 * u * wpg + 16 * u  # words of a piece: 16 rows x u groups of codes, then their scales and biases
     a("    out = S.shape[0]" if sw else "    out = W.shape[0]")
     if sw:
         a("    nt16 = (out + 15) // 16")
@@ -521,8 +502,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     def bases(ind, suf, jexpr):
         """row offsets (weights, scales) of the lane's rows in tile ``jexpr`` of this warp (rows clamped)"""
         a(f"{ind}ob{suf} = (wid + ({jexpr}) * nwt) * {TR}")
-        if bk:  # the ring's pieces are addressed where they are asked for
-            return
         if sw:  # the run of (chunk, 16-row unit): its nit pieces in turn, each rows, then scales, then biases
             for m in range(mt):
                 a(f"{ind}pu{suf} = (kz * nt16 + min((ob{suf} >> 4) + {m}, nt16 - 1)) * {nit * PWs}")
@@ -635,18 +614,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     elif stages:
         for qq in range(stages - 1):
             copies("    ", qq, "c", qq)
-    elif bk:
-        a("    if lane == 0:")
-        for st_ in range(bk):
-            a(f"        mbar_init(bars, warp * {bk} + {st_}, 1)")
-        a("        mbar_fence_init()")
-        a("    syncwarp()")
-        a("    if lane == 0:")
-        for q in range(bk):  # the first bk pieces: iteration q % nit of tile q // nit
-            jt_, it_ = divmod(q, nit)
-            a(f"        if {jt_} < ntw:")
-            a(f"            bulk_g2s(wr, {RB} + (warp * {bk} + {q}) * {PW2}, W, (kz * nt16 + wid + {jt_} * nwt) * "
-              f"{nit * PWs} + {it_ * PWs}, {PWs * 4}, bars, warp * {bk} + {q})")
     else:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
@@ -763,28 +730,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
             a(f"{J}cpa_wait{stages - 1}()")
             reads(J, f"qg % {stages}")
             a(f"{J}qg += 1")
-        elif bk:
-            a(f"{J}bbar = warp * {bk} + (qg & {bk - 1})")
-            a(f"{J}bpar = (qg >> {bk.bit_length() - 1}) & 1")
-            a(f"{J}while mbar_try_wait(bars, bbar, bpar) == 0:")
-            a(f"{J}    pass")
-            a(f"{J}sb = {RB} + bbar * {PW2}")
-            for h, dr in (("a", 0), ("b", 8)):
-                for uu in range(u):
-                    a(f"{J}qv = wr[sb + (g + {dr}) * {wpg // 2} + t + {uu * 8 * wpg}]")
-                    a(f"{J}p0_w{h}0_{uu}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
-                    a(f"{J}p0_w{h}0_{uu}_1 = np.uint32(qv >> np.uint64(32))")
-                for nm, o2 in (("s", 0), ("b", 4 * u)):
-                    a(f"{J}qv = wr[sb + {8 * u * wpg + o2} + g + {dr}]")
-                    a(f"{J}p0_{nm}{h}0_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
-                    a(f"{J}p0_{nm}{h}0_1 = np.uint32(qv >> np.uint64(32))")
-            a(f"{J}syncwarp()")  # every lane has read the stage: it may be filled again
-            dj, itn = divmod(it + bk, nit)
-            a(f"{J}if lane == 0 and jt + {dj} < ntw:")
-            a(f"{J}    fence_async()")
-            a(f"{J}    bulk_g2s(wr, sb, W, (kz * nt16 + wid + (jt + {dj}) * nwt) * {nit * PWs} + {itn * PWs}, "
-              f"{PWs * 4}, bars, bbar)")
-            a(f"{J}qg += 1")
         else:
             tgt = it + depth
             if tgt < nit:
@@ -843,7 +788,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     a(f"{J}acc{m}_{n}_a += ba * sx{n}")
                     a(f"{J}acc{m}_{n}_b += sb * {db}")
                     a(f"{J}acc{m}_{n}_b += bb * sx{n}")
-        for d in range(0 if (stages or pf or bk) else depth):
+        for d in range(0 if (stages or pf) else depth):
             for nm in ring_names():
                 a(f"{J}p{d}_{nm} = p{d + 1}_{nm}")
     J = JT
@@ -893,7 +838,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
     if not pf:
         a(f"{J}obc = obn")
-        for m in range(mt if not bk else 0):
+        for m in range(mt):
             for h in ("a", "b"):
                 a(f"{J}wo{h}{m}c = wo{h}{m}n")
                 a(f"{J}so{h}{m}c = so{h}{m}n")
@@ -974,28 +919,25 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, bk=0):
+               noc=False, sw=False, xh=0, defer=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), int(bk))
+           bool(defer))
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
-                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
-                + (f"_bk{bk}" if bk else "") + tag)
+                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), int(bk)))
+                                            glu, noc, sw, int(xh), bool(defer)))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
-               "mbar_init": _bulk.mbar_init, "mbar_fence_init": _bulk.mbar_fence_init, "bulk_g2s": _bulk.bulk_g2s,
-               "mbar_try_wait": _bulk.mbar_try_wait, "fence_async": _bulk.fence_async, "syncwarp": _bulk.syncwarp,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
         fn = _kcache.build(name, src, glb, __name__)
@@ -1014,38 +956,28 @@ def _xh_on() -> bool:
     return os.environ.get("TENSORFOLD_GEMV3_XH", "1").strip() != "0"
 
 
-def _bulk_stages() -> int:
-    """``TENSORFOLD_GEMV3_BULK`` (read when a plan is made): the bulk-copy ring's stages a warp for the swept plans
-    that can take it (``V3Plan.bulk_for``); 0 (the default) keeps the register ring. A power of two >= 2."""
-    v = int(os.environ.get("TENSORFOLD_GEMV3_BULK", "0").strip() or 0)
-    if v and (v < 2 or v & (v - 1)):
-        raise ValueError(f"TENSORFOLD_GEMV3_BULK={v}: expected 0 or a power of two >= 2")
-    return v
-
-
 def _lb_on() -> bool:
     """``TENSORFOLD_GEMV3_LB=0``: one-n-tile kernels without launch bounds (the code before session 18)."""
     return os.environ.get("TENSORFOLD_GEMV3_LB", "1").strip() != "0"
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False, xh=0, defer=False, bk=0):
+               sw=False, xh=0, defer=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer), int(bk))
+           sw, int(xh), bool(defer))
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
-        if nt == 1 and not (maxreg or pf or stages or bk or IS_SIM) and _lb_on():
+        if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
             # launch bounds of the default geometry (3 blocks of 32 nw threads an SM): told the occupancy, ptxas
             # keeps the next iteration's weight loads early in the loop. Without them it placed them next to their
             # uses in the SwiGLU-epilogue kernel (104 registers; 9B gate + up 36.1 against 29.3 us plain, session
             # 18; benchmarks/sass_loads.py shows the placement). Register allocation only: the same bits.
-            # (Not the bulk ring: it holds no loads in registers, and under these bounds ptxas spilled it.)
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc(), sw, xh, defer, bk), **kw)
+                                              tag, _noc(), sw, xh, defer), **kw)
     return _KCACHE[key]
 
 
@@ -1078,7 +1010,6 @@ class V3Plan:
     kp: int = 1  # prefetch form: parts of a chunk a tile is split into inside a block (nw = tile slots x kp)
     sw: int = 0  # the swept weight layout (``sweep_pack``): 1 rows in order, 2 gate / up paired (SwiGLU epilogue)
     xh: int = 0  # 1: x as bf16 only (register ring plans only): 1-4 rows take ``_gen_source``'s xh = 2, 5-8 xh = 1
-    bk: int = 0  # > 0: the bulk-copy ring of bk stages a warp where it applies (``bulk_for``; swept plans, sm_90)
 
     @property
     def per(self) -> int:
@@ -1128,18 +1059,6 @@ class V3Plan:
         while st >= 2 and xb + self.nw * st * np_ * 32 * 8 + self.nw * 128 > 48 * 1024:
             st -= 1
         return st if st >= 2 else 0
-
-    def bulk_for(self) -> int:
-        """the bulk-copy ring's stages a launch uses (0: the register ring): swept plans of one 16-row tile a warp,
-        4 groups an iteration and 2 words a lane and group, where the GPU has bulk copies (``_bulk.available``)"""
-        if not (self.bk and self.sw and self.mt == 1 and self.u == 4 and self.group * self.bits // 128 == 2
-                and not (self.pf or self.stages or self.kp > 1) and _bulk.available()):
-            return 0
-        return self.bk
-
-    def bulk_bytes(self) -> int:
-        """dynamic shared bytes of the bulk ring (every warp's stages)"""
-        return self.nw * self.bulk_for() * sweep_shape(self.out, self.inp, self.bits, self.group, self.u)[1] * 4
 
     @property
     def ks(self) -> int:
@@ -1258,7 +1177,7 @@ def plan(out: int, inp: int, bits: int, group: int, nw=None, mt=None, u=None, de
                 cg = c
                 break
     return V3Plan(out, inp, bits, group, nw, mt, cg, u, min(depth, cg // u), blocks, stages, pb, occ1,
-                  xh=int(_xh_on() and not stages), bk=_bulk_stages())
+                  xh=int(_xh_on() and not stages))
 
 
 def pf_tuning() -> dict | None:
@@ -1543,11 +1462,11 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             nw, pf, gx, tpb, dyn = p.pf_launch(nt)
             k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp, glu=glu)
         else:
-            xm, st, bk = xmode(n, p.xh), p.stages_for(nt), p.bulk_for()
+            xm, st = xmode(n, p.xh), p.stages_for(nt)
             k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
-                           sw=bool(p.sw), xh=xm, defer=defer, bk=bk)
+                           sw=bool(p.sw), xh=xm, defer=defer)
             gx, tpb = p.grid_x(nt), p.tpb
-            dyn = (xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0) + p.bulk_bytes()
+            dyn = xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0
         cfg = k[(gx, p.ks), tpb, stream, dyn]
         if dyn and not IS_SIM:
             cfg.pre_launch_callbacks.append(_allow_dyn(dyn))  # above 48 KB a launch fails without it

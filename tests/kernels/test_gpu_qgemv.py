@@ -33,18 +33,6 @@ def _run(cuda, dev, x, p, bits, group):
 SHAPES = [("9B gate/up", 24576, 4096), ("27B down", 5120, 17408)]
 
 
-def _glu_run(cuda, W, S, B, x, p):
-    """the SwiGLU epilogue of plan ``p`` over device weights ``W`` / ``S`` / ``B`` and host rows ``x`` -> host
-    ``y [R, out / 2]`` (poisoned with NaN before the launch)"""
-    from tensorfold.kernels import qgemv as Q
-
-    R, out = x.shape[0], S.shape[0]
-    y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
-    ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
-    Q.launch(W, S, B, cuda.to_device(x), y, p, R, ws=ws, glu=True)
-    return y.copy_to_host()
-
-
 def _glu_swept_same_bits(cuda, dev, x, p, bits, group, rows, label):
     """The SwiGLU epilogue of plan ``p`` on the MLX arrays ``dev`` against the device repack with gate / up rows
     paired (``sweep_pack_device(glu=True)``, plan ``sw = 2``): bit-equal at each row count of ``rows``."""
@@ -52,10 +40,16 @@ def _glu_swept_same_bits(cuda, dev, x, p, bits, group, rows, label):
 
     from tensorfold.kernels import qgemv as Q
 
+    out = dev[0].shape[0]
     gp = dataclasses.replace(p, sw=2)
     gW = Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u, glu=True, per=p.per)
     for R in rows:
-        ys = [_glu_run(cuda, W, dev[1], dev[2], x[:R], pl) for W, pl in ((dev[0], p), (gW, gp))]
+        ys = []
+        for W, pl in ((dev[0], p), (gW, gp)):
+            y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+            ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+            Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, pl, R, ws=ws, glu=True)
+            ys.append(y.copy_to_host())
         assert not np.isnan(ys[0]).any()
         assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu R={R}"
 
@@ -284,54 +278,3 @@ def test_deferred_completion_real_shapes(label, out, inp):
         assert not np.isnan(ob).any()
         assert np.array_equal(ha.view(np.uint32), hb.view(np.uint32)), f"{label} R={R}: residual"
         assert np.array_equal(oa.view(np.uint32), ob.view(np.uint32)), f"{label} R={R}: normed rows"
-
-
-@pytest.mark.parametrize("label,out,inp", [("9B gate/up", 24576, 4096), ("9B down", 4096, 12288),
-                                           ("27B down", 5120, 17408), ("27B out_proj", 5120, 6144)])
-@pytest.mark.parametrize("bk", [2, 4, 8])
-def test_bulk_ring_real_shapes(label, out, inp, bk):
-    """The bulk-copy ring (``bk`` stages a warp, sm_90) at the real shapes, swept layout, the default plan with
-    bf16 x: bit-equal to the register ring at 1, 4, 8 and 11 rows (two launches), the deferred form too where the
-    plan has several chunks, and at 9B gate + up the SwiGLU epilogue; the register ring within the oracle's bound
-    of float64 on x rounded to bf16; a second launch of the same input gives the same bits (every mbarrier phase
-    starts clean)."""
-    import dataclasses
-
-    from tensorfold.kernels import _bulk
-    from tensorfold.kernels import qgemv as Q
-
-    cuda = _cuda()
-    if not _bulk.available():
-        pytest.skip("bulk copies need cc 9.0")
-    bits, group = 4, 64
-    P, S, B = _rand_q(out, inp, bits, group)
-    p = dataclasses.replace(Q.plan(out, inp, bits, group), sw=1, xh=1)
-    pb = dataclasses.replace(p, bk=bk)
-    assert pb.bulk_for() == bk
-    sdev = [Q.sweep_pack_device(cuda.to_device(P), cuda.to_device(S), cuda.to_device(B), bits, group, p.u,
-                                per=p.per), cuda.to_device(S), cuda.to_device(B)]
-    x = rng.standard_normal((11, inp)).astype(np.float32)
-    ref, bound = _ref(_xin(x, p), P, S, B, bits, group)
-    for R in (1, 4, 8, 11):
-        ys = []
-        for pl in (p, pb, pb):
-            ys.append(_run(cuda, sdev, x[:R], pl, bits, group))
-        _check(ys[0], ref[:R], bound[:R])
-        for y in ys[1:]:
-            assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), f"{label} bk{bk} R={R}"
-    if p.ks > 1:
-        for R in (1, 8):
-            parts = []
-            for pl in (p, pb):
-                ws = cuda.to_device(np.full((p.ks, R, out), np.nan, np.float32))
-                y = cuda.to_device(np.full((R, out), np.nan, np.float32))
-                Q.launch(*sdev, cuda.to_device(x[:R]), y, pl, R, ws=ws, defer=True)
-                parts.append(ws.copy_to_host())
-            assert not np.isnan(parts[0]).any()
-            assert np.array_equal(parts[0].view(np.uint32), parts[1].view(np.uint32)), f"{label} bk{bk} defer R={R}"
-    if out % 16 == 0 and out >= 16384:
-        gW = Q.sweep_pack_device(cuda.to_device(P), sdev[1], sdev[2], bits, group, p.u, glu=True, per=p.per)
-        for R in (1, 8):
-            gs = [_glu_run(cuda, gW, sdev[1], sdev[2], x[:R], dataclasses.replace(pl, sw=2)) for pl in (p, pb)]
-            assert not np.isnan(gs[0]).any()
-            assert np.array_equal(gs[0].view(np.uint32), gs[1].view(np.uint32)), f"{label} bk{bk} glu R={R}"

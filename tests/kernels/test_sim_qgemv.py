@@ -460,35 +460,3 @@ def test_cg_override_env(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_GEMV3_CG", "4096-4096=16")
     with pytest.raises(ValueError, match="OUTxIN=CG"):
         Q.plan(4096, 4096, 4, 64)
-
-
-@pytest.mark.parametrize("bits,group,ks,bk,xh,rows", [(4, 64, 2, 2, 1, (1, 7)), (4, 64, 1, 4, 0, (3,)),
-                                                      (8, 32, 2, 4, 1, (2,)), (2, 128, 1, 2, 1, (1,))])
-def test_bulk_ring_same_bits(bits, group, ks, bk, xh, rows):
-    """The bulk-copy ring (``bk`` stages a warp, pieces of the swept layout copied into shared memory) only changes
-    where a warp's words come from: bit-equal to the register-ring swept plan, plain and with the SwiGLU epilogue,
-    with warps walking several tiles (the ring runs across a tile's end into the next one: 1 or 2 iterations a chunk, 2
-    or 4 stages), a partial last unit, one and two chunks; the plain form within ``_ref``'s bound of float64."""
-    out, K = 80, (1024 if group == 128 else 512)
-    P, S, B = _case(bits, group, out, K)
-    cg = K // group // ks
-    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=4, depth=1, blocks=2 * ks, sw=1, xh=xh)
-    bulk = dataclasses.replace(base, bk=bk)
-    assert bulk.bulk_for() == bk and base.bulk_for() == 0 and bulk.bulk_bytes() > 0
-    W1 = Q.sweep_pack(P, S, B, bits, group, 4, per=base.per)
-    W2 = Q.sweep_pack(P, S, B, bits, group, 4, glu=True, per=base.per)
-    for R in rows:
-        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
-        y0 = _go(W1, S, B, x, base)
-        xin = bf16.to_f32(bf16.from_f32(x)) if xh else x
-        _check(y0, *_ref(xin, P, S, B, bits, group))
-        y1 = _go(W1, S, B, x, bulk)
-        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"plain R={R}"
-        ws = np.full((ks, R, out), np.nan, np.float32)
-        g0 = np.full((R, out // 2), np.nan, np.float32)
-        g1 = g0.copy()
-        Q.launch(W2, S, B, x, g0, dataclasses.replace(base, sw=2), R, ws=ws, glu=True)
-        Q.launch(W2, S, B, x, g1, dataclasses.replace(bulk, sw=2), R, ws=ws, glu=True)
-        assert not np.isnan(g1).any()
-        assert np.array_equal(g0.view(np.uint32), g1.view(np.uint32)), f"glu R={R}"
-    assert not Q.counters().any()
