@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
 
-NSTAMP = 8  # t0 t1 t2 t3 t4 t5 smid ntw
+NSTAMP = 10  # t0 t1 t2 t3 t4 t5 smid ntw t6 t7
 
 
 def _intrinsics():
@@ -69,6 +69,11 @@ def instrument(src: str, nw: int) -> str:
             out.append(ln)
             out.append("    tq1 = gtimer()")
             continue
+        if ln == "    cuda.syncthreads()" and not any(o.startswith("    tq6 =") for o in out):
+            out.append("    tq6 = gtimer()")
+            out.append(ln)
+            out.append("    tq7 = gtimer()")
+            continue
         if not seen_acc and ln.startswith("    acc0_0_") and ln.endswith("= np.float32(0.0)"):
             out.append("    tq2 = gtimer()")
             seen_acc = True
@@ -86,7 +91,8 @@ def instrument(src: str, nw: int) -> str:
             f"        gw = (kz * cuda.gridDim.x + bx) * {nw} + warp",
             "        tl[gw, 0] = tq0", "        tl[gw, 1] = tq1", "        tl[gw, 2] = tq2",
             "        tl[gw, 3] = tq3", "        tl[gw, 4] = tq4", "        tl[gw, 5] = tq5",
-            "        tl[gw, 6] = smid()", "        tl[gw, 7] = ntw"]
+            "        tl[gw, 6] = smid()", "        tl[gw, 7] = ntw",
+            "        tl[gw, 8] = tq6", "        tl[gw, 9] = tq7"]
     if not any(o.startswith("    tq3 =") for o in out):
         body.insert(0, "    tq3 = gtimer()")
     return "\n".join(out + body) + "\n"
@@ -102,13 +108,13 @@ def build(p, glu: bool):
 
     gtimer, smid = _intrinsics()
     nt, xm = 1, Q.xmode(1, p.xh)
-    name = f"tlq_{p.out}x{p.inp}_{int(glu)}"
+    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}"
     src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
-                        True, xm, False)
+                        True, xm, False, Q.cmp_mode())
     src = single_assignment(instrument(src, p.nw))
     glb = {k: getattr(Q, k) for k in ("mma_bf16", "pack_bf16x2", "split_bf16x2", "bf16_to_f32", "_bf_hi", "ld_w1",
                                       "ld_w2", "ld_w4", "ld_cg_f32", "ldg_f32x4_2d", "andor_m4", "andor_m2", "swiglu",
-                                      "pdl_trigger", "pdl_wait")}
+                                      "pdl_trigger", "pdl_wait", "warp_sum_i")}
     glb.update(cuda=cuda, np=np, _TWO23=np.float32(8388608.0), gtimer=gtimer, smid=smid)
     exec(compile(src, f"<tl:{name}>", "exec"), glb)
     fn = glb[name]
@@ -127,7 +133,8 @@ def analyse(T: np.ndarray, prev_end) -> dict:
     t0 = T[:, 0].astype(np.float64)
     base = t0.min()
     rel = {k: (T[:, j].astype(np.float64) - base) / 1e3 for k, j in (("start", 0), ("wait", 1), ("xprep", 2),
-                                                                       ("loop", 3), ("end", 4), ("tile1", 5))}
+                                                                       ("loop", 3), ("end", 4), ("tile1", 5),
+                                                                       ("items", 8), ("bar1", 9))}
     live = T[:, 7] > 0
     q = lambda a: [round(float(np.percentile(a, v)), 2) for v in (0, 50, 90, 100)]  # noqa: E731
     d = {"warps": int(len(T)), "live": int(live.sum()),
@@ -139,6 +146,9 @@ def analyse(T: np.ndarray, prev_end) -> dict:
          "kernel end": q(rel["end"]),
          "wait - start": q(rel["wait"] - rel["start"]),
          "x prep": q(rel["xprep"] - rel["wait"]),
+         "  x items (loads + packing)": q(rel["items"] - rel["wait"]),
+         "  first barrier": q(rel["bar1"] - rel["items"]),
+         "  group sums + barrier": q(rel["xprep"] - rel["bar1"]),
          "loop": q(rel["loop"] - rel["xprep"]),
          "completion": q(rel["end"] - rel["loop"]),
          "sms": int(len(np.unique(T[:, 6])))}
@@ -169,7 +179,7 @@ def main(argv=None):
     dev = Device()
     dev.set_current()
     stream = dev.create_stream()
-    report = {"commit": os.environ.get("TF_COMMIT", "?"), "shapes": {}}
+    report = {"commit": os.environ.get("TF_COMMIT", "?"), "cmp": Q.cmp_mode(), "shapes": {}}
     for spec in [s for s in args.shapes.split(",") if s]:
         glu = spec.endswith("g")
         out, inp = (int(v) for v in spec.rstrip("g").split("x"))
@@ -216,7 +226,7 @@ def main(argv=None):
         print(json.dumps({spec: res}, indent=1), flush=True)
         del sw, tls
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "qgemv_timeline.json"), "w") as f:
+    with open(os.path.join(args.out, f"qgemv_timeline_c{Q.cmp_mode()}.json"), "w") as f:
         json.dump(report, f, indent=1)
 
 

@@ -81,7 +81,7 @@ from numba import cuda
 from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      pdl_trigger, pdl_wait)
+                      pdl_trigger, pdl_wait, warp_sum_i)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -365,7 +365,7 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False) -> str:
+                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -853,6 +853,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("    pdl_trigger()")
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
+    if cmp == 2:
+        _completion_batched(a, TR, glu)
+        return "\n".join(L) + "\n"
     a("    if ks > 1:")
     a("        cuda.threadfence()")
     a("        mtw = (ntile + nwt - 1) // nwt")
@@ -901,6 +904,87 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     return "\n".join(L) + "\n"
 
 
+
+CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials' loads issued together)
+CMP_KU = 8  # ... and partials loaded a round
+
+
+def _completion_batched(a, TR: int, glu: bool) -> None:
+    """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
+    once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
+    the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
+    fence, and each lane takes ``CMP_EPL`` of their outputs and loads ``CMP_KU`` chunk partials of each before
+    adding any. ``cmp = 1`` handled a warp's completed tiles one after another with a fence and an L2 round trip each
+    (session 27's timeline: the warp that finishes last completes most of its tiles, so the kernel's end trailed its
+    last main loop by 4-9 us) and a block barrier a round. The partials are added in chunk order 0..ks-1, as before:
+    the same bits."""
+    TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
+    EPL, KU = CMP_EPL, CMP_KU
+    a("    if ks > 1:")
+    a("        cuda.threadfence()")
+    a("        mtw = (ntile + nwt - 1) // nwt")
+    a("        RO = R * out")
+    a(f"        PT = R * {TRo}")
+    a("        for j0 in range(0, mtw, 32):")
+    a("            j = j0 + lane")
+    a("            isl = 0")
+    a("            if j < ntw:")
+    a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
+    a("                if old == ks - 1:")
+    a("                    isl = 1")
+    a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
+    a("            msk = warp_sum_i(isl << lane)")
+    a("            if msk != 0:")
+    a("                cuda.threadfence()")
+    a("                nel = cuda.popc(msk) * PT")
+    a(f"                for e0 in range(0, nel, {32 * EPL}):")
+    I = "                    "
+    for i in range(EPL):
+        a(f"{I}ev = e0 + lane + {32 * i}")
+        a(f"{I}ok{i} = ev < nel")
+        a(f"{I}ec = min(ev, nel - 1)")
+        a(f"{I}qn = ec // PT")
+        a(f"{I}rm = ec % PT")
+        a(f"{I}r{i} = rm // {TRo}")
+        a(f"{I}c{i} = rm % {TRo}")
+        a(f"{I}mm = msk")
+        a(f"{I}for _q in range(qn):")
+        a(f"{I}    mm = mm & (mm - 1)")
+        a(f"{I}jj = cuda.popc((mm & -mm) - 1)")
+        a(f"{I}ob = (wid + (j0 + jj) * nwt) * {TR}")
+        if glu:  # output (ob / 2 + c) pairs the tile's gate row and its up row, 8 apart in ws
+            a(f"{I}o{i} = (ob >> 1) + c{i}")
+            a(f"{I}ok{i} = ok{i} and o{i} < hout")
+            a(f"{I}ad{i} = r{i} * out + ob + (c{i} >> 3) * 16 + (c{i} & 7)")
+        else:
+            a(f"{I}o{i} = ob + c{i}")
+            a(f"{I}ok{i} = ok{i} and o{i} < out")
+            a(f"{I}ad{i} = r{i} * out + min(o{i}, out - 1)")
+    halves = (("g", 0), ("u", 8)) if glu else (("t", 0),)
+
+    def round_(ind, first):
+        k0 = "0" if first else "kk0"
+        for i in range(EPL):
+            for h, dh in halves:
+                for uu in range(KU):
+                    kk = f"min({k0} + {uu}, ks - 1)" if (uu or not first) else "0"
+                    a(f"{ind}{h}{i}_{uu} = ld_cg_f32(ws, ad{i} + {dh} + {kk} * RO)")
+        for i in range(EPL):
+            for h, _ in halves:
+                for uu in range(KU):
+                    if first and uu == 0:
+                        a(f"{ind}{h}s{i} = {h}{i}_0")
+                    else:
+                        a(f"{ind}{h}s{i} = {h}s{i} + {h}{i}_{uu} if {k0} + {uu} < ks else {h}s{i}")
+
+    round_(I, True)
+    a(f"{I}for kk0 in range({KU}, ks, {KU}):")
+    round_(I + "    ", False)
+    for i in range(EPL):
+        a(f"{I}if ok{i}:")
+        a(f"{I}    y[r{i}, o{i}] = " + (f"swiglu(gs{i}, us{i})" if glu else f"ts{i}"))
+
+
 _KCACHE: dict = {}
 
 
@@ -919,24 +1003,26 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False):
+               noc=False, sw=False, xh=0, defer=False, cmp=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
+    cmp = cmp_mode() if cmp is None else int(cmp)
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer))
+           bool(defer), cmp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
-                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "") + tag)
+                + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
+                + ("_c1" if cmp == 1 and not defer else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer)))
+                                            glu, noc, sw, int(xh), bool(defer), cmp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
-               "_TWO23": np.float32(8388608.0), "swiglu": swiglu,
+               "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -949,6 +1035,16 @@ def _noc() -> bool:
     """``TENSORFOLD_GEMV3_NOC=1``, a diagnostic for benchmarks only (wrong results): the register-ring kernels issue
     their loads and skip the dequantize-and-mma work, so a run shows what the load structure alone costs."""
     return os.environ.get("TENSORFOLD_GEMV3_NOC", "0").strip() == "1"
+
+
+def cmp_mode() -> int:
+    """``TENSORFOLD_GEMV3_CMP`` (read when a kernel is generated): the split-K completion, 2 (the default: a warp's
+    completed tiles summed together, ``_completion_batched``) or 1 (one tile at a time, the code before session
+    27). The same bits either way."""
+    v = os.environ.get("TENSORFOLD_GEMV3_CMP", "2").strip() or "2"
+    if v not in ("1", "2"):
+        raise ValueError(f"TENSORFOLD_GEMV3_CMP={v!r}: expected 1 or 2")
+    return int(v)
 
 
 def _xh_on() -> bool:
@@ -966,7 +1062,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer))
+           sw, int(xh), bool(defer), cmp_mode())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():

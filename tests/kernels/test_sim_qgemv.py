@@ -460,3 +460,29 @@ def test_cg_override_env(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_GEMV3_CG", "4096-4096=16")
     with pytest.raises(ValueError, match="OUTxIN=CG"):
         Q.plan(4096, 4096, 4, 64)
+
+
+@pytest.mark.parametrize("glu", [False, True])
+def test_batched_completion_same_bits(monkeypatch, glu):
+    """The split-K completion that sums a warp's completed tiles together (``TENSORFOLD_GEMV3_CMP=2``, the
+    default) against the one-tile-at-a-time form (``1``): bit-equal, plain and with the SwiGLU epilogue. One warp a
+    chunk owns all 6 tiles and completes several, 3 rows make 288 / 144 outputs (more than one pass of
+    ``CMP_EPL`` x 32), and 9 chunks pass ``CMP_KU`` partials a round; checked against float64 too, counters left
+    at zero."""
+    bits, group, out, K, R = 4, 32, 96, 288, 3
+    P, S, B = _case(bits, group, out, K)
+    p = Q.V3Plan(out, K, bits, group, nw=1, mt=1, cg=1, u=1, depth=1, blocks=1)
+    assert p.ks == 9 > Q.CMP_KU and 6 * R * 16 // (2 if glu else 1) > 32 * Q.CMP_EPL
+    x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+    ys = []
+    for cmp in ("1", "2"):
+        monkeypatch.setenv("TENSORFOLD_GEMV3_CMP", cmp)
+        y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
+        ws = np.full((p.ks, R, out), np.nan, np.float32)
+        Q.launch(P, S, B, x, y, p, R, ws=ws, glu=glu)
+        assert not np.isnan(y).any(), f"cmp {cmp}: unwritten output"
+        assert not Q.counters().any()
+        ys.append(y)
+    assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32))
+    if not glu:
+        _check(ys[1], *_ref(x, P, S, B, bits, group))
