@@ -81,7 +81,7 @@ from numba import cuda
 from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      pdl_trigger, pdl_wait, warp_sum_i)
+                      fence_acq_rel_gpu, pdl_trigger, pdl_wait, warp_sum_i)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -853,8 +853,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("    pdl_trigger()")
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
-    if cmp == 2:
-        _completion_batched(a, TR, glu)
+    if cmp in (2, 3):
+        _completion_batched(a, TR, glu, "cuda.threadfence()" if cmp == 2 else "fence_ar()")
         return "\n".join(L) + "\n"
     a("    if ks > 1:")
     a("        cuda.threadfence()")
@@ -909,7 +909,7 @@ CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials'
 CMP_KU = 8  # ... and partials loaded a round
 
 
-def _completion_batched(a, TR: int, glu: bool) -> None:
+def _completion_batched(a, TR: int, glu: bool, fence: str = "cuda.threadfence()") -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -917,11 +917,11 @@ def _completion_batched(a, TR: int, glu: bool) -> None:
     adding any. ``cmp = 1`` handled a warp's completed tiles one after another with a fence and an L2 round trip each
     (session 27's timeline: the warp that finishes last completes most of its tiles, so the kernel's end trailed its
     last main loop by 4-9 us) and a block barrier a round. The partials are added in chunk order 0..ks-1, as before:
-    the same bits."""
+    the same bits. ``fence``: the statement of both fences (``cmp = 3``: ``fence.acq_rel.gpu``)."""
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     EPL, KU = CMP_EPL, CMP_KU
     a("    if ks > 1:")
-    a("        cuda.threadfence()")
+    a(f"        {fence}")
     a("        mtw = (ntile + nwt - 1) // nwt")
     a("        RO = R * out")
     a(f"        PT = R * {TRo}")
@@ -935,7 +935,7 @@ def _completion_batched(a, TR: int, glu: bool) -> None:
     a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
     a("            msk = warp_sum_i(isl << lane)")
     a("            if msk != 0:")
-    a("                cuda.threadfence()")
+    a(f"                {fence}")
     a("                nel = cuda.popc(msk) * PT")
     a(f"                for e0 in range(0, nel, {32 * EPL}):")
     I = "                    "
@@ -1016,13 +1016,14 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
-                + ("_c1" if cmp == 1 and not defer else "") + tag)
+                + (f"_c{cmp}" if cmp != 2 and not defer else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i,
+               "fence_ar": fence_acq_rel_gpu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -1039,11 +1040,11 @@ def _noc() -> bool:
 
 def cmp_mode() -> int:
     """``TENSORFOLD_GEMV3_CMP`` (read when a kernel is generated): the split-K completion, 2 (the default: a warp's
-    completed tiles summed together, ``_completion_batched``) or 1 (one tile at a time, the code before session
-    27). The same bits either way."""
+    completed tiles summed together, ``_completion_batched``), 3 (the same with ``fence.acq_rel.gpu`` for its two
+    fences instead of ``membar.gl``) or 1 (one tile at a time, the code before session 27). The same bits."""
     v = os.environ.get("TENSORFOLD_GEMV3_CMP", "2").strip() or "2"
-    if v not in ("1", "2"):
-        raise ValueError(f"TENSORFOLD_GEMV3_CMP={v!r}: expected 1 or 2")
+    if v not in ("1", "2", "3"):
+        raise ValueError(f"TENSORFOLD_GEMV3_CMP={v!r}: expected 1, 2 or 3")
     return int(v)
 
 
