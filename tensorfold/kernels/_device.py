@@ -611,9 +611,6 @@ if not IS_SIM:
 
     cp_async_commit = _asm_void("cp.async.commit_group;")
     CP_ASYNC_WAIT = {n: _asm_void(f"cp.async.wait_group {n};") for n in range(8)}
-    # a lighter fence than ``cuda.threadfence`` (membar.gl, i.e. fence.sc.gpu): enough for a release (stores, fence,
-    # relaxed atomic) / acquire (relaxed atomic, fence, loads) pair between blocks (the PTX memory model)
-    fence_acq_rel_gpu = _asm_void("fence.acq_rel.gpu;")
 
 else:
 
@@ -622,7 +619,6 @@ else:
         pass
 
     CP_ASYNC_WAIT = {n: cp_async_commit for n in range(8)}
-    fence_acq_rel_gpu = cp_async_commit
 
 
 # ----------------------------------------------------------------------------------------------------------------

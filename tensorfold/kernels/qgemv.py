@@ -32,7 +32,10 @@ flight. This kernel spends about 60 (ptxas / nvdisasm on the sm_90 build):
 - **Split-K without a second launch.** With several chunks (``ks > 1``) a tile's chunk sums go to ``ws[kz]``;
   every warp fences once at its end, counts its tiles' arrivals (one atomic counter per tile), and the warp that
   completes a tile adds its ``ks`` partials in chunk order and writes ``y``, then resets the counter (graph replays
-  find it at zero). Counters are shared by every launch on a device: launches must not run concurrently.
+  find it at zero). Counters are shared by every launch on a device: launches must not run concurrently. A warp
+  sums all the tiles it completes together (``_completion_batched``, session 27): the warp whose main loop ends
+  last completes most of its tiles, and summing them one at a time (a fence and an L2 round trip each) kept the
+  kernel running 4-9 us past its last main loop.
 
 Exactness: a row's result does not depend on how many rows share the launch, nor on which warp completes a tile:
 an mma column depends only on its own B column; each chunk's groups are accumulated in order; the partials are
@@ -64,6 +67,14 @@ hi + lo -> bf16 x, session 22): 9B gate+up SwiGLU 25.2 / 27.0 / 45.1 -> 25.6 / 2
 58.7 -> 26.2 / 33.1 / 47.9; decode at 1 / 8 streams 9B 332.0 / 1,522 -> 337.6 / 1,794 tok/s, 27B 126.5 / 517 ->
 128.4 / 641 (benchmarks/results/session22_2026-12-02.md).
 
+Where a launch's time goes (session 27, ``benchmarks/qgemv_timeline.py``: %globaltimer stamps a warp, launches back
+to back in a graph with PDL). 9B gate+up with the SwiGLU epilogue, µs after the launch's first block starts: the
+PDL wait returns at 4.6 (the previous kernel's end + 0.6), the x preparation takes 2.3 (2.0 of it waiting for x's
+loads, queued behind the weight loads issued before the wait), the main loops stream at 4.1-4.3 TB/s (median 13.1 µs
+a warp, max 14.9), the completion adds 1.3 (median) to 5 (max). The one-tile-at-a-time completion it replaced
+took 3.2 (median) to 8.7; with it 9B gate+up ran 25.7 -> 23.2 µs, 27B gate+up 39.7 -> 34.5 (68.7 % of copy), 27B
+down 26.1 -> 22.8, and eight rows 1.3-1.5x one row (benchmarks/results/session27_2026-12-03.md).
+
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
 the physical k order of every mma step is the lanes' own (``_lane_layout``, which ``affine``'s kernel uses too), and x's
@@ -81,7 +92,7 @@ from numba import cuda
 from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      fence_acq_rel_gpu, pdl_trigger, pdl_wait, warp_sum_i)
+                      pdl_trigger, pdl_wait, warp_sum_i)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -853,8 +864,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         a("    pdl_trigger()")
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
-    if cmp in (2, 3):
-        _completion_batched(a, TR, glu, "cuda.threadfence()" if cmp == 2 else "fence_ar()")
+    if cmp == 2:
+        _completion_batched(a, TR, glu)
         return "\n".join(L) + "\n"
     a("    if ks > 1:")
     a("        cuda.threadfence()")
@@ -909,7 +920,7 @@ CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials'
 CMP_KU = 8  # ... and partials loaded a round
 
 
-def _completion_batched(a, TR: int, glu: bool, fence: str = "cuda.threadfence()") -> None:
+def _completion_batched(a, TR: int, glu: bool) -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -917,11 +928,12 @@ def _completion_batched(a, TR: int, glu: bool, fence: str = "cuda.threadfence()"
     adding any. ``cmp = 1`` handled a warp's completed tiles one after another with a fence and an L2 round trip each
     (session 27's timeline: the warp that finishes last completes most of its tiles, so the kernel's end trailed its
     last main loop by 4-9 us) and a block barrier a round. The partials are added in chunk order 0..ks-1, as before:
-    the same bits. ``fence``: the statement of both fences (``cmp = 3``: ``fence.acq_rel.gpu``)."""
+    the same bits. (``fence.acq_rel.gpu`` for the two fences instead of ``membar.gl``: 23.1 -> 23.0 us at 9B gate+up,
+    within noise; session 27, call 3.)"""
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     EPL, KU = CMP_EPL, CMP_KU
     a("    if ks > 1:")
-    a(f"        {fence}")
+    a("        cuda.threadfence()")
     a("        mtw = (ntile + nwt - 1) // nwt")
     a("        RO = R * out")
     a(f"        PT = R * {TRo}")
@@ -935,7 +947,7 @@ def _completion_batched(a, TR: int, glu: bool, fence: str = "cuda.threadfence()"
     a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
     a("            msk = warp_sum_i(isl << lane)")
     a("            if msk != 0:")
-    a(f"                {fence}")
+    a("                cuda.threadfence()")
     a("                nel = cuda.popc(msk) * PT")
     a(f"                for e0 in range(0, nel, {32 * EPL}):")
     I = "                    "
@@ -1016,14 +1028,13 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
-                + (f"_c{cmp}" if cmp != 2 and not defer else "") + tag)
+                + ("_c1" if cmp == 1 and not defer else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i,
-               "fence_ar": fence_acq_rel_gpu,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -1040,11 +1051,11 @@ def _noc() -> bool:
 
 def cmp_mode() -> int:
     """``TENSORFOLD_GEMV3_CMP`` (read when a kernel is generated): the split-K completion, 2 (the default: a warp's
-    completed tiles summed together, ``_completion_batched``), 3 (the same with ``fence.acq_rel.gpu`` for its two
-    fences instead of ``membar.gl``) or 1 (one tile at a time, the code before session 27). The same bits."""
+    completed tiles summed together, ``_completion_batched``) or 1 (one tile at a time, the code before session
+    27). The same bits either way."""
     v = os.environ.get("TENSORFOLD_GEMV3_CMP", "2").strip() or "2"
-    if v not in ("1", "2", "3"):
-        raise ValueError(f"TENSORFOLD_GEMV3_CMP={v!r}: expected 1, 2 or 3")
+    if v not in ("1", "2"):
+        raise ValueError(f"TENSORFOLD_GEMV3_CMP={v!r}: expected 1 or 2")
     return int(v)
 
 

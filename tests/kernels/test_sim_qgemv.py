@@ -475,7 +475,7 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     assert p.ks == 9 > Q.CMP_KU and 6 * R * 16 // (2 if glu else 1) > 32 * Q.CMP_EPL
     x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
     ys = []
-    for cmp in ("1", "2", "3"):
+    for cmp in ("1", "2"):
         monkeypatch.setenv("TENSORFOLD_GEMV3_CMP", cmp)
         y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
         ws = np.full((p.ks, R, out), np.nan, np.float32)
@@ -484,6 +484,5 @@ def test_batched_completion_same_bits(monkeypatch, glu):
         assert not Q.counters().any()
         ys.append(y)
     assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32))
-    assert np.array_equal(ys[0].view(np.uint32), ys[2].view(np.uint32))
     if not glu:
         _check(ys[1], *_ref(x, P, S, B, bits, group))
