@@ -108,13 +108,13 @@ def build(p, glu: bool):
 
     gtimer, smid = _intrinsics()
     nt, xm = 1, Q.xmode(1, p.xh)
-    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}"
+    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
     src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
-                        True, xm, False, Q.cmp_mode())
+                        True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on())
     src = single_assignment(instrument(src, p.nw))
     glb = {k: getattr(Q, k) for k in ("mma_bf16", "pack_bf16x2", "split_bf16x2", "bf16_to_f32", "_bf_hi", "ld_w1",
                                       "ld_w2", "ld_w4", "ld_cg_f32", "ldg_f32x4_2d", "andor_m4", "andor_m2", "swiglu",
-                                      "pdl_trigger", "pdl_wait", "warp_sum_i")}
+                                      "pdl_trigger", "pdl_wait", "warp_sum_i", "quad_sum")}
     glb.update(cuda=cuda, np=np, _TWO23=np.float32(8388608.0), gtimer=gtimer, smid=smid)
     exec(compile(src, f"<tl:{name}>", "exec"), glb)
     fn = glb[name]
@@ -179,7 +179,8 @@ def main(argv=None):
     dev = Device()
     dev.set_current()
     stream = dev.create_stream()
-    report = {"commit": os.environ.get("TF_COMMIT", "?"), "cmp": Q.cmp_mode(), "shapes": {}}
+    report = {"commit": os.environ.get("TF_COMMIT", "?"), "cmp": Q.cmp_mode(), "pre": Q.pre_mode(),
+              "xq": Q.xq_on(), "shapes": {}}
     for spec in [s for s in args.shapes.split(",") if s]:
         glu = spec.endswith("g")
         out, inp = (int(v) for v in spec.rstrip("g").split("x"))
@@ -226,7 +227,8 @@ def main(argv=None):
         print(json.dumps({spec: res}, indent=1), flush=True)
         del sw, tls
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"qgemv_timeline_c{Q.cmp_mode()}.json"), "w") as f:
+    tag = f"c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
+    with open(os.path.join(args.out, f"qgemv_timeline_{tag}.json"), "w") as f:
         json.dump(report, f, indent=1)
 
 

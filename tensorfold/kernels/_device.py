@@ -42,6 +42,7 @@ __all__ = [
     "FULL_MASK",
     "devfn",
     "warp_sum",
+    "quad_sum",
     "warp_max",
     "warp_min",
     "warp_sum_i",
@@ -363,6 +364,13 @@ if not IS_SIM:
         return v
 
     @devfn
+    def quad_sum(v):
+        """Sum over the 4 lanes ``4 j .. 4 j + 3`` (every lane of the quad gets it): (v0 + v1) + (v2 + v3)."""
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 1)
+        v = v + cuda.shfl_xor_sync(FULL_MASK, v, 2)
+        return v
+
+    @devfn
     def warp_max(v):
         v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 16))
         v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, 8))
@@ -426,6 +434,19 @@ else:
 
         return red
 
+    def _quad_sum_sim(v):
+        buf = cuda.shared.array(1024, np.object_)
+        tid = _sim_tid()
+        buf[tid] = v
+        cuda.syncthreads()
+        base = tid - (tid % 4)
+        vals = list(buf[base : base + 4])
+        for off in (1, 2):  # the shfl_xor pairing above
+            vals = [_add(vals[i], vals[i ^ off]) for i in range(4)]
+        cuda.syncthreads()
+        return vals[tid % 4]
+
+    quad_sum = cuda.jit(device=True)(_quad_sum_sim)
     warp_sum = cuda.jit(device=True)(_make_sim_reduce(_add))
     warp_sum_i = cuda.jit(device=True)(_make_sim_reduce(_add))
     warp_max = cuda.jit(device=True)(_make_sim_reduce(_max))

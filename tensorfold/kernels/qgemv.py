@@ -92,7 +92,7 @@ from numba import cuda
 from . import _kcache
 from ._codegen import single_assignment
 from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      pdl_trigger, pdl_wait, warp_sum_i)
+                      pdl_trigger, pdl_wait, quad_sum, warp_sum_i)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -374,9 +374,78 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
+def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq):
+    """The x loads of one batch of ``PB`` items a thread (``_gen_source``'s x preparation)."""
+    for k in range(PB):
+        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
+        a(f"{I2}tt{k} = it{k} % 4")
+        a(f"{I2}r{k} = (it{k} // 4) % {RPN * nt}")
+        a(f"{I2}gl{k} = it{k} // {4 * RPN * nt}")
+        a(f"{I2}rr = min(r{k}, R - 1)")
+        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
+        a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
+        for q in range(nq):
+            a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
+
+
+def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
+    """One batch's items: B-fragment words into ``xb``; their k-step partial sums into ``xp`` (summed by a second
+    pass) or, with ``xq``, summed over the steps in a lane and across the item's 4 lanes by ``quad_sum``, the
+    group sum written to ``xs`` by the tt = 0 lane. Items past ``nitems`` are whole quads (``nitems`` and ``T`` are
+    multiples of 4): with ``xq`` every lane computes and shuffles, only in-range items write."""
+    for k in range(PB):
+        guard = f"tid + (kbat * {PB} + {k}) * {T} < {nitems}"
+        if xq:
+            K = I2
+        else:
+            a(f"{I2}if {guard}:")
+            K = I2 + "    "
+        if X8:  # batch row r is B column r % 8 of n-tile r // 8: lanes 4 (r % 8) + tt
+            a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 8) * 32 + tt{k} + 4 * (r{k} % 8)")
+        else:  # batch row r: columns 2 (r % 4) (hi) and 2 (r % 4) + 1 (lo) of n-tile r // 4
+            a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
+        if not xq:
+            a(f"{K}prow = (gl{k} * {RPN * nt} + r{k}) * {4 * spg} + tt{k} * {spg}")
+        writes = []  # (xb offset, value expression) of the guarded stores
+        for s_, (_, prs, _) in enumerate(steps):
+            (l0, h0), (l1, h1) = prs
+            vs = [f"q{k}_{c // 4}[{c % 4}] * live{k}" for c in (l0, h0, l1, h1)]
+            if xh:
+                a(f"{K}h0_{s_} = pack_bf16x2({vs[0]}, {vs[1]})")
+                a(f"{K}h1_{s_} = pack_bf16x2({vs[2]}, {vs[3]})")
+                writes.append((s_ * nt * 32, f"np.uint64(h0_{s_}) | (np.uint64(h1_{s_}) << np.uint64(32))"))
+                if not X8:  # the lo column stays in the layout, zero
+                    writes.append((s_ * nt * 32 + 4, "np.uint64(0)"))
+                ps = f"(bf16_to_f32(h0_{s_}) + _bf_hi(h0_{s_})) + (bf16_to_f32(h1_{s_}) + _bf_hi(h1_{s_}))"
+            else:
+                a(f"{K}h0_{s_}, l0_{s_} = split_bf16x2({vs[0]}, {vs[1]})")
+                a(f"{K}h1_{s_}, l1_{s_} = split_bf16x2({vs[2]}, {vs[3]})")
+                writes.append((s_ * nt * 32, f"np.uint64(h0_{s_}) | (np.uint64(h1_{s_}) << np.uint64(32))"))
+                writes.append((s_ * nt * 32 + 4, f"np.uint64(l0_{s_}) | (np.uint64(l1_{s_}) << np.uint64(32))"))
+                ps = (f"((bf16_to_f32(h0_{s_}) + bf16_to_f32(l0_{s_})) + (_bf_hi(h0_{s_}) + _bf_hi(l0_{s_}))) + "
+                      f"((bf16_to_f32(h1_{s_}) + bf16_to_f32(l1_{s_})) + (_bf_hi(h1_{s_}) + _bf_hi(l1_{s_})))")
+            if not xq:
+                for off, v in writes:
+                    a(f"{K}xb[xrow + {off}] = {v}")
+                writes = []
+                a(f"{K}xp[prow + {s_}] = {ps}")
+            elif s_ == 0:
+                a(f"{K}ps{k} = {ps}")
+            else:
+                a(f"{K}ps{k} = ps{k} + ({ps})")
+        if xq:
+            a(f"{K}ps{k} = quad_sum(ps{k})")
+            a(f"{K}if {guard}:")
+            for off, v in writes:
+                a(f"{K}    xb[xrow + {off}] = {v}")
+            a(f"{K}    if tt{k} == 0:")
+            a(f"{K}        xs[gl{k} * {RPN * nt} + r{k}] = ps{k} if r{k} < R else np.float32(0.0)")
+
+
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
-                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1) -> str:
+                noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
+                pre: int = 1, xq: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -417,6 +486,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     (``glu_rows``), so the piece's rows g and g + 8 are the gate and up rows the epilogue pairs.
 
     ``noc`` (a diagnostic, ``TENSORFOLD_GEMV3_NOC=1``): the loads without the dequantize-and-mma work.
+
+    ``pre`` (register ring only): 1 issues the first ``depth`` iterations' weight loads before ``pdl_wait``; 0 after
+    it, right behind x's loads (x then does not queue behind them; the overlap with the previous kernel is lost).
+    ``xq``: each x item's partial sums over its k-steps are added across the item's 4 lanes by two shuffles
+    (``quad_sum``) into ``xs`` during the item pass, instead of through ``xp`` and a second pass and barrier: one
+    block barrier in the x preparation instead of two, and another (fixed) order of the group sums' fp32 adds.
 
     ``xh`` (bf16-only x: x enters the tensor cores rounded to nearest bf16, no lo part; register ring only, no
     ``pf`` / ``stages`` / ``kp``):
@@ -474,7 +549,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     else:
         a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
     a(f"    xs = cuda.shared.array({cg * nt * RPN}, np.float32)")
-    a(f"    xp = cuda.shared.array({cg * nt * RPN * 4 * spg}, np.float32)")
+    if not xq:
+        a(f"    xp = cuda.shared.array({cg * nt * RPN * 4 * spg}, np.float32)")
     a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
     if stages:
         a(f"    wr = cuda.shared.array({nw * stages * NP * 32}, np.uint64)")
@@ -625,7 +701,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     elif stages:
         for qq in range(stages - 1):
             copies("    ", qq, "c", qq)
-    else:
+    elif pre:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
@@ -647,53 +723,31 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # n-tile (8 rows) and no lo split: 16 loads keep it one batch (one L2 round trip; 168 registers, no spills)
     PB = min(ipt, pb or max(1, (16 if X8 else 8) // nq))
     nb = -(-ipt // PB)
-    a(f"{I}for kbat in range({nb}):")
-    I2 = I + "    "
-    for k in range(PB):
-        a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
-        a(f"{I2}tt{k} = it{k} % 4")
-        a(f"{I2}r{k} = (it{k} // 4) % {RPN * nt}")
-        a(f"{I2}gl{k} = it{k} // {4 * RPN * nt}")
-        a(f"{I2}rr = min(r{k}, R - 1)")
-        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
-        a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
-        for q in range(nq):
-            a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
-    for k in range(PB):
-        a(f"{I2}if tid + (kbat * {PB} + {k}) * {T} < {nitems}:")
-        K = I2 + "    "
-        if X8:  # batch row r is B column r % 8 of n-tile r // 8: lanes 4 (r % 8) + tt
-            a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 8) * 32 + tt{k} + 4 * (r{k} % 8)")
-        else:  # batch row r: columns 2 (r % 4) (hi) and 2 (r % 4) + 1 (lo) of n-tile r // 4
-            a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 4) * 32 + tt{k} + 8 * (r{k} % 4)")
-        a(f"{K}prow = (gl{k} * {RPN * nt} + r{k}) * {4 * spg} + tt{k} * {spg}")
-        for s_, (_, prs, _) in enumerate(steps):
-            (l0, h0), (l1, h1) = prs
-            vs = [f"q{k}_{c // 4}[{c % 4}] * live{k}" for c in (l0, h0, l1, h1)]
-            if xh:
-                a(f"{K}h0 = pack_bf16x2({vs[0]}, {vs[1]})")
-                a(f"{K}h1 = pack_bf16x2({vs[2]}, {vs[3]})")
-                a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
-                if not X8:  # the lo column stays in the layout, zero
-                    a(f"{K}xb[xrow + {s_ * nt * 32 + 4}] = np.uint64(0)")
-                a(f"{K}xp[prow + {s_}] = (bf16_to_f32(h0) + _bf_hi(h0)) + (bf16_to_f32(h1) + _bf_hi(h1))")
-                continue
-            a(f"{K}h0, l0 = split_bf16x2({vs[0]}, {vs[1]})")
-            a(f"{K}h1, l1 = split_bf16x2({vs[2]}, {vs[3]})")
-            a(f"{K}xb[xrow + {s_ * nt * 32}] = np.uint64(h0) | (np.uint64(h1) << np.uint64(32))")
-            a(f"{K}xb[xrow + {s_ * nt * 32 + 4}] = np.uint64(l0) | (np.uint64(l1) << np.uint64(32))")
-            a(f"{K}xp[prow + {s_}] = ((bf16_to_f32(h0) + bf16_to_f32(l0)) + (_bf_hi(h0) + _bf_hi(l0))) + "
-              f"((bf16_to_f32(h1) + bf16_to_f32(l1)) + (_bf_hi(h1) + _bf_hi(l1)))")
+    # pre = 0: the batches unrolled (kbat a constant), the first weight loads issued right behind batch 0's x loads
+    bats = [None] if pre else list(range(nb))
+    for bat in bats:
+        if bat is None:
+            a(f"{I}for kbat in range({nb}):")
+            I2 = I + "    "
+        else:
+            a(f"{I}kbat = {bat}")
+            I2 = I
+        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq)
+        if bat == 0 and not (pf or stages):
+            for d in range(depth):
+                loads(I2, f"p{d}_", "c", d)
+        _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq)
     a(f"{I}cuda.syncthreads()")
-    a(f"{I}for e0 in range(0, {cg * nt * RPN}, {nwp * 32}):")
-    a(f"{I}    e = e0 + tid")
-    a(f"{I}    if e < {cg * nt * RPN}:")
-    J = I + "        "
-    a(f"{J}sm = xp[e * {4 * spg}]")
-    a(f"{J}for kk in range(1, {4 * spg}):")
-    a(f"{J}    sm += xp[e * {4 * spg} + kk]")
-    a(f"{J}xs[e] = sm if e % {RPN * nt} < R else np.float32(0.0)")
-    a(f"{I}cuda.syncthreads()")
+    if not xq:
+        a(f"{I}for e0 in range(0, {cg * nt * RPN}, {nwp * 32}):")
+        a(f"{I}    e = e0 + tid")
+        a(f"{I}    if e < {cg * nt * RPN}:")
+        J = I + "        "
+        a(f"{J}sm = xp[e * {4 * spg}]")
+        a(f"{J}for kk in range(1, {4 * spg}):")
+        a(f"{J}    sm += xp[e * {4 * spg} + kk]")
+        a(f"{J}xs[e] = sm if e % {RPN * nt} < R else np.float32(0.0)")
+        a(f"{I}cuda.syncthreads()")
     for m in range(mt):
         for n in range(nt):
             for h, _, _ in HS:
@@ -1015,26 +1069,28 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, cmp=None):
+               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
     glu = bool(glu)
     cmp = cmp_mode() if cmp is None else int(cmp)
+    pre = (pre_mode() if pre is None else int(pre)) if not (pf or stages) else 1
+    xq = xq_on() if xq is None else bool(xq)
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp)
+           bool(defer), cmp, pre, xq)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
-                + ("_c1" if cmp == 1 and not defer else "") + tag)
+                + ("_c1" if cmp == 1 and not defer else "") + ("_e0" if not pre else "") + ("_q" if xq else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
-               "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i,
+               "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i, "quad_sum": quad_sum,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -1059,6 +1115,26 @@ def cmp_mode() -> int:
     return int(v)
 
 
+def pre_mode() -> int:
+    """``TENSORFOLD_GEMV3_PRE`` (read when a kernel is generated): 1 (the default) issues a register-ring kernel's
+    first weight loads before its PDL wait, 0 right after x's loads (``_gen_source``'s ``pre``). Load order only:
+    the same bits."""
+    v = os.environ.get("TENSORFOLD_GEMV3_PRE", "1").strip() or "1"
+    if v not in ("0", "1"):
+        raise ValueError(f"TENSORFOLD_GEMV3_PRE={v!r}: expected 0 or 1")
+    return int(v)
+
+
+def xq_on() -> bool:
+    """``TENSORFOLD_GEMV3_XQ=1`` (read when a kernel is generated; off by default): x's group sums by quad shuffles
+    in the item pass (``_gen_source``'s ``xq``). Another fixed order of the same adds: other bits than 0, the same
+    for every row count and form."""
+    v = os.environ.get("TENSORFOLD_GEMV3_XQ", "0").strip() or "0"
+    if v not in ("0", "1"):
+        raise ValueError(f"TENSORFOLD_GEMV3_XQ={v!r}: expected 0 or 1")
+    return v == "1"
+
+
 def _xh_on() -> bool:
     """``TENSORFOLD_GEMV3_XH`` (read when a plan is made): 1 (the default) plans bf16-only x, 0 bf16 hi + lo."""
     return os.environ.get("TENSORFOLD_GEMV3_XH", "1").strip() != "0"
@@ -1074,7 +1150,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer), cmp_mode())
+           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -1643,6 +1719,10 @@ def _specs():
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
             specs.append((f, _SIG))
             hot.add(f.__name__)
+    # the x preparation's opt-in forms (TENSORFOLD_GEMV3_PRE=0, TENSORFOLD_GEMV3_XQ=1), SwiGLU at 1-4 rows
+    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=0, xq=True)
+    specs.append((f, _SIG))
+    hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)

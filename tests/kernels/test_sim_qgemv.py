@@ -486,3 +486,30 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32))
     if not glu:
         _check(ys[1], *_ref(x, P, S, B, bits, group))
+
+
+@pytest.mark.parametrize("xh", [0, 1])
+def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
+    """``TENSORFOLD_GEMV3_PRE=0`` (the first weight loads issued after x's, the x batches unrolled) gives the bits
+    of the default order. ``TENSORFOLD_GEMV3_XQ=1`` (x's group sums by quad shuffles, another fixed order of the
+    adds) is checked against float64 within ``_ref``'s bound, and is row-exact: rows launched alone or 3 at a time
+    equal the same rows of an 8-row launch, across the 1-4-row and 5-8-row kernel forms. Both also with PRE=0,
+    hi + lo x (two n-tiles at 8 rows: two x batches) and bf16-only x, two chunks."""
+    bits, group, out, K, rows = 4, 64, 72, 256, 8
+    P, S, B = _case(bits, group, out, K)
+    p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=2, u=2, depth=1, blocks=4, xh=xh)
+    x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
+    got = {}
+    for pre, xq in (("1", "0"), ("0", "0"), ("1", "1"), ("0", "1")):
+        monkeypatch.setenv("TENSORFOLD_GEMV3_PRE", pre)
+        monkeypatch.setenv("TENSORFOLD_GEMV3_XQ", xq)
+        full = _go(P, S, B, x, p)
+        xr = bf16.to_f32(bf16.from_f32(x)) if xh else x
+        _check(full, *_ref(xr, P, S, B, bits, group))
+        for r0, R in ((0, 1), (rows - 1, 1), (2, 3)):
+            y = _go(P, S, B, x[r0:r0 + R], p)
+            assert np.array_equal(y.view(np.uint32), full[r0:r0 + R].view(np.uint32)), f"{pre}{xq} rows {r0}+{R}"
+        got[pre + xq] = full
+    assert not Q.counters().any()
+    assert np.array_equal(got["10"].view(np.uint32), got["00"].view(np.uint32))
+    assert np.array_equal(got["11"].view(np.uint32), got["01"].view(np.uint32))
