@@ -152,6 +152,16 @@ def analyse(T: np.ndarray, prev_end) -> dict:
          "loop": q(rel["loop"] - rel["xprep"]),
          "completion": q(rel["end"] - rel["loop"]),
          "sms": int(len(np.unique(T[:, 6])))}
+    # the loops' spread: per tile count, and per SM (median loop time of an SM's warps with the modal tile count)
+    loopd = rel["loop"] - rel["xprep"]
+    for nt_ in np.unique(T[:, 7]):
+        d[f"loop, {int(nt_)} tiles"] = q(loopd[T[:, 7] == nt_])
+    mode = np.bincount(T[:, 7].astype(np.int64)).argmax()
+    per_sm = [float(np.median(loopd[(T[:, 6] == sm) & (T[:, 7] == mode)])) for sm in np.unique(T[:, 6])
+              if ((T[:, 6] == sm) & (T[:, 7] == mode)).any()]
+    d[f"loop by SM ({int(mode)} tiles): SM medians"] = q(np.array(per_sm))
+    d["loop end by SM: SM max - SM min (median over SMs)"] = round(float(np.median(
+        [np.ptp(rel["loop"][T[:, 6] == sm]) for sm in np.unique(T[:, 6])])), 2)
     if prev_end is not None:
         d["prev end -> this start (us)"] = round((base - prev_end) / 1e3, 2)
         d["prev end -> wait min (us)"] = round(float((T[:, 1].min() - prev_end) / 1e3), 2)
