@@ -114,7 +114,7 @@ def build(p, glu: bool):
     src = single_assignment(instrument(src, p.nw))
     glb = {k: getattr(Q, k) for k in ("mma_bf16", "pack_bf16x2", "split_bf16x2", "bf16_to_f32", "_bf_hi", "ld_w1",
                                       "ld_w2", "ld_w4", "ld_cg_f32", "ldg_f32x4_2d", "andor_m4", "andor_m2", "swiglu",
-                                      "pdl_trigger", "pdl_wait", "warp_sum_i", "quad_sum")}
+                                      "pdl_trigger", "pdl_wait", "warp_sum_i", "quad_sum", "pf_l2")}
     glb.update(cuda=cuda, np=np, _TWO23=np.float32(8388608.0), gtimer=gtimer, smid=smid)
     exec(compile(src, f"<tl:{name}>", "exec"), glb)
     fn = glb[name]

@@ -166,6 +166,23 @@ if not IS_SIM:
     ld_w4 = _intrinsic(_t4)
 
     @_intrinsic
+    def pf_l2(typingctx, arr, off):
+        """``prefetch.global.L2`` of the line holding element ``off`` of a C-contiguous array (no register, no
+        response to the SM)."""
+        if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
+            return None
+        sig = _types.void(arr, off)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
+            asm = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), [p.type]), "prefetch.global.L2 [$0];", "l",
+                                side_effect=True)
+            builder.call(asm, [p])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @_intrinsic
     def ld_cg_f32(typingctx, arr, off):
         """``arr.flat[off]`` (float32) read through L2 only (``ld.global.cg``): partial sums other blocks wrote."""
         if not (isinstance(arr, _types.Array) and arr.dtype == _types.float32 and isinstance(off, _types.Integer)):
@@ -212,6 +229,10 @@ else:
     @cuda.jit(device=True)
     def ld_cg_f32(arr, off):
         return arr.reshape(-1)[off]
+
+    @cuda.jit(device=True)
+    def pf_l2(arr, off):
+        assert 0 <= off < arr.size, "pf_l2: offset outside the array"
 
 
 if not IS_SIM:
@@ -488,7 +509,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     ``noc`` (a diagnostic, ``TENSORFOLD_GEMV3_NOC=1``): the loads without the dequantize-and-mma work.
 
     ``pre`` (register ring only): 1 issues the first ``depth`` iterations' weight loads before ``pdl_wait``; 0 after
-    it, right behind x's loads (x then does not queue behind them; the overlap with the previous kernel is lost).
+    it, right behind x's loads (x then does not queue behind them; the overlap with the previous kernel is lost);
+    2 (``sw``) as 0, with the first tile's run prefetched into L2 before the wait (``pf_l2``: the overlap kept,
+    nothing in the SM's response path ahead of x).
     ``xq``: each x item's partial sums over its k-steps are added across the item's 4 lanes by two shuffles
     (``quad_sum``) into ``xs`` during the item pass, instead of through ``xp`` and a second pass and barrier: one
     block barrier in the x preparation instead of two, and another (fixed) order of the group sums' fp32 adds.
@@ -701,7 +724,16 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     elif stages:
         for qq in range(stages - 1):
             copies("    ", qq, "c", qq)
-    elif pre:
+    elif pre == 2 and sw:
+        # the first tile's run of nit pieces (contiguous) into L2, a line a lane: no registers, no responses that
+        # x's loads after the wait would queue behind; the ring's first loads then come from L2
+        nl = -(-nit * PWs // 32)  # 128-byte lines of the run
+        for m in range(mt):
+            a(f"    pfb = (kz * nt16 + min((obc >> 4) + {m}, nt16 - 1)) * {nit * PWs}")
+            for c in range(-(-nl // 32)):
+                a(f"    if lane + {32 * c} < {nl}:")
+                a(f"        pf_l2(W, pfb + (lane + {32 * c}) * 32)")
+    elif pre == 1:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
     # weights are never written by a kernel: the loads above run before the wait, overlapping the previous kernel's
@@ -724,7 +756,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     PB = min(ipt, pb or max(1, (16 if X8 else 8) // nq))
     nb = -(-ipt // PB)
     # pre = 0: the batches unrolled (kbat a constant), the first weight loads issued right behind batch 0's x loads
-    bats = [None] if pre else list(range(nb))
+    bats = [None] if pre == 1 else list(range(nb))
     for bat in bats:
         if bat is None:
             a(f"{I}for kbat in range({nb}):")
@@ -1084,13 +1116,15 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
-                + ("_c1" if cmp == 1 and not defer else "") + ("_e0" if not pre else "") + ("_q" if xq else "") + tag)
+                + ("_c1" if cmp == 1 and not defer else "") + ("" if pre == 1 else f"_e{pre}") + ("_q" if xq else "")
+                + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp, pre, xq))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i, "quad_sum": quad_sum,
+               "pf_l2": pf_l2,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
                "_U64": np.dtype(np.uint64) if IS_SIM else np.uint64}  # the simulator's dynamic array wants a dtype
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
@@ -1117,11 +1151,11 @@ def cmp_mode() -> int:
 
 def pre_mode() -> int:
     """``TENSORFOLD_GEMV3_PRE`` (read when a kernel is generated): 1 (the default) issues a register-ring kernel's
-    first weight loads before its PDL wait, 0 right after x's loads (``_gen_source``'s ``pre``). Load order only:
-    the same bits."""
+    first weight loads before its PDL wait; 0 right after x's loads; 2 the same, with the first tile's weights
+    prefetched into L2 before the wait (swept plans; ``_gen_source``'s ``pre``). Load order only: the same bits."""
     v = os.environ.get("TENSORFOLD_GEMV3_PRE", "1").strip() or "1"
-    if v not in ("0", "1"):
-        raise ValueError(f"TENSORFOLD_GEMV3_PRE={v!r}: expected 0 or 1")
+    if v not in ("0", "1", "2"):
+        raise ValueError(f"TENSORFOLD_GEMV3_PRE={v!r}: expected 0, 1 or 2")
     return int(v)
 
 
@@ -1719,8 +1753,9 @@ def _specs():
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
             specs.append((f, _SIG))
             hot.add(f.__name__)
-    # the x preparation's opt-in forms (TENSORFOLD_GEMV3_PRE=0, TENSORFOLD_GEMV3_XQ=1), SwiGLU at 1-4 rows
-    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=0, xq=True)
+    # the x preparation's opt-in forms (TENSORFOLD_GEMV3_PRE=2: x first, an L2 prefetch before the wait;
+    # TENSORFOLD_GEMV3_XQ=1), SwiGLU at 1-4 rows
+    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=2, xq=True)
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows

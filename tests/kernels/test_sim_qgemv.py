@@ -513,3 +513,27 @@ def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
     assert not Q.counters().any()
     assert np.array_equal(got["10"].view(np.uint32), got["00"].view(np.uint32))
     assert np.array_equal(got["11"].view(np.uint32), got["01"].view(np.uint32))
+
+
+@pytest.mark.parametrize("glu", [False, True])
+def test_l2_prefetch_prologue_same_bits(monkeypatch, glu):
+    """``TENSORFOLD_GEMV3_PRE=2`` on the swept layout (the first tile's run prefetched into L2 before the wait, the
+    first weight loads after x's; the simulator's ``pf_l2`` asserts each line lies inside W): the bits of the
+    default order at 1 and 6 rows, plain and SwiGLU, two chunks; 2 blocks (several tiles a warp) and 8 (warps
+    without a tile, whose clamped first tile is the last run of W: the prefetch's bounds)."""
+    bits, group, u, out, K = 4, 64, 4, 96, 512
+    P, S, B = _case(bits, group, out, K)
+    p2 = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=u, depth=1, blocks=2, xh=1, sw=2 if glu else 1)
+    Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=p2.per)
+    for p, R in ((p2, 1), (p2, 6), (dataclasses.replace(p2, blocks=8), 1)):
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        ys = []
+        for pre in ("1", "2"):
+            monkeypatch.setenv("TENSORFOLD_GEMV3_PRE", pre)
+            y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
+            ws = np.full((p.ks, R, out), np.nan, np.float32)
+            Q.launch(Wp, S, B, x, y, p, R, ws=ws, glu=glu)
+            assert not np.isnan(y).any(), f"PRE={pre} R={R}: unwritten output"
+            ys.append(y)
+        assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"R={R}"
+    assert not Q.counters().any()
