@@ -406,10 +406,10 @@ else:
     def _sim_tid():
         return cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
 
-    def _sim_butterfly(vals, lane, op):
-        # same pairing and order as the shfl_xor chain above
-        for off in (16, 8, 4, 2, 1):
-            vals = [op(vals[i], vals[i ^ off]) for i in range(32)]
+    def _sim_butterfly(vals, lane, op, offs=(16, 8, 4, 2, 1)):
+        # same pairing and order as the shfl_xor chain above (over len(vals) lanes)
+        for off in offs:
+            vals = [op(vals[i], vals[i ^ off]) for i in range(len(vals))]
         return vals[lane]
 
     def _add(a, b):
@@ -421,32 +421,20 @@ else:
     def _min(a, b):
         return min(a, b)
 
-    def _make_sim_reduce(op):
+    def _make_sim_reduce(op, width=32, offs=(16, 8, 4, 2, 1)):
         def red(v):
             buf = cuda.shared.array(1024, np.object_)
             tid = _sim_tid()
             buf[tid] = v
             cuda.syncthreads()
-            base = tid - (tid % 32)
-            out = _sim_butterfly(list(buf[base : base + 32]), tid % 32, op)
+            base = tid - (tid % width)
+            out = _sim_butterfly(list(buf[base : base + width]), tid % width, op, offs)
             cuda.syncthreads()
             return out
 
         return red
 
-    def _quad_sum_sim(v):
-        buf = cuda.shared.array(1024, np.object_)
-        tid = _sim_tid()
-        buf[tid] = v
-        cuda.syncthreads()
-        base = tid - (tid % 4)
-        vals = list(buf[base : base + 4])
-        for off in (1, 2):  # the shfl_xor pairing above
-            vals = [_add(vals[i], vals[i ^ off]) for i in range(4)]
-        cuda.syncthreads()
-        return vals[tid % 4]
-
-    quad_sum = cuda.jit(device=True)(_quad_sum_sim)
+    quad_sum = cuda.jit(device=True)(_make_sim_reduce(_add, 4, (1, 2)))
     warp_sum = cuda.jit(device=True)(_make_sim_reduce(_add))
     warp_sum_i = cuda.jit(device=True)(_make_sim_reduce(_add))
     warp_max = cuda.jit(device=True)(_make_sim_reduce(_max))

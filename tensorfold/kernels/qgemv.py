@@ -953,16 +953,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if cmp == 2:
         _completion_batched(a, TR, glu)
         return "\n".join(L) + "\n"
-    a("    if ks > 1:")
-    a("        cuda.threadfence()")
-    a("        mtw = (ntile + nwt - 1) // nwt")
-    a("        for j0 in range(0, mtw, 32):")
-    a("            j = j0 + lane")
-    a("            isl = 0")
-    a("            if j < ntw:")
-    a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
-    a("                if old == ks - 1:")
-    a("                    isl = 1")
+    _arrivals(a)
     # lastf is each warp's own, yet block barriers here: warp barriers (bar.warp.sync) made 9B gate + up 28.0 ->
     # 32.1 us and 9B down 18.5 -> 22.1 us at one row (session 19, call 3)
     a("            lastf[warp * 32 + lane] = isl")
@@ -1002,6 +993,24 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
 
 
+def _arrivals(a, pre=()) -> None:
+    """The split-K completion's start (both forms): one fence a thread, then lane j of a warp counts the arrival of
+    its tile j (a round of 32 tiles at a time); ``isl`` is 1 where this warp's chunk was the tile's last. ``pre``:
+    lines emitted between the fence and the rounds."""
+    a("    if ks > 1:")
+    a("        cuda.threadfence()")
+    a("        mtw = (ntile + nwt - 1) // nwt")
+    for ln in pre:
+        a(ln)
+    a("        for j0 in range(0, mtw, 32):")
+    a("            j = j0 + lane")
+    a("            isl = 0")
+    a("            if j < ntw:")
+    a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
+    a("                if old == ks - 1:")
+    a("                    isl = 1")
+
+
 CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials' loads issued together)
 CMP_KU = 8  # ... and partials loaded a round
 
@@ -1018,18 +1027,7 @@ def _completion_batched(a, TR: int, glu: bool) -> None:
     within noise; session 27, call 3.)"""
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     EPL, KU = CMP_EPL, CMP_KU
-    a("    if ks > 1:")
-    a("        cuda.threadfence()")
-    a("        mtw = (ntile + nwt - 1) // nwt")
-    a("        RO = R * out")
-    a(f"        PT = R * {TRo}")
-    a("        for j0 in range(0, mtw, 32):")
-    a("            j = j0 + lane")
-    a("            isl = 0")
-    a("            if j < ntw:")
-    a("                old = cuda.atomic.add(cnt, wid + j * nwt, 1)")
-    a("                if old == ks - 1:")
-    a("                    isl = 1")
+    _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
     a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
     a("            msk = warp_sum_i(isl << lane)")
     a("            if msk != 0:")

@@ -78,3 +78,21 @@ def test_warp_sum_per_warp_and_block():
     kern[3, 64](a, x)
     want = np.repeat(x.reshape(3, 2, 32).sum(-1), 32, axis=1)
     assert np.array_equal(a, want)
+
+
+def test_quad_sum_order():
+    """``quad_sum``: every lane of a quad gets (v0 + v1) + (v2 + v3), the shfl_xor 1-then-2 order. Values where the
+    float32 association matters (1e8 and small terms), so another order gives other bits."""
+
+    @cuda.jit
+    def kern(a, x):
+        i = cuda.threadIdx.x
+        a[i] = D.quad_sum(x[i])
+
+    rng = np.random.default_rng()
+    x = (rng.standard_normal(64) * np.tile(np.float32([1e8, 1.0, -1e8, 1.0]), 16)).astype(np.float32)
+    a = np.full(64, np.nan, np.float32)
+    kern[1, 64](a, x)
+    q = x.reshape(16, 4)
+    want = np.repeat((q[:, 0] + q[:, 1]) + (q[:, 2] + q[:, 3]), 4)
+    assert np.array_equal(a.view(np.uint32), want.view(np.uint32))

@@ -462,6 +462,19 @@ def test_cg_override_env(monkeypatch):
         Q.plan(4096, 4096, 4, 64)
 
 
+def _launch_under(monkeypatch, env, W, S, B, x, p, glu):
+    """y of one launch of plan ``p`` with the environment ``env`` set (kernels are generated per setting), its
+    outputs and workspace poisoned with NaN; checks every output was written."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    R, out = x.shape[0], S.shape[0]
+    y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
+    ws = np.full((p.ks, R, out), np.nan, np.float32)
+    Q.launch(W, S, B, x, y, p, R, ws=ws, glu=glu)
+    assert not np.isnan(y).any(), f"{env} R={R}: unwritten output"
+    return y
+
+
 @pytest.mark.parametrize("glu", [False, True])
 def test_batched_completion_same_bits(monkeypatch, glu):
     """The split-K completion that sums a warp's completed tiles together (``TENSORFOLD_GEMV3_CMP=2``, the
@@ -474,15 +487,8 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     p = Q.V3Plan(out, K, bits, group, nw=1, mt=1, cg=1, u=1, depth=1, blocks=1)
     assert p.ks == 9 > Q.CMP_KU and 6 * R * 16 // (2 if glu else 1) > 32 * Q.CMP_EPL
     x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
-    ys = []
-    for cmp in ("1", "2"):
-        monkeypatch.setenv("TENSORFOLD_GEMV3_CMP", cmp)
-        y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
-        ws = np.full((p.ks, R, out), np.nan, np.float32)
-        Q.launch(P, S, B, x, y, p, R, ws=ws, glu=glu)
-        assert not np.isnan(y).any(), f"cmp {cmp}: unwritten output"
-        assert not Q.counters().any()
-        ys.append(y)
+    ys = [_launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": c}, P, S, B, x, p, glu) for c in ("1", "2")]
+    assert not Q.counters().any()
     assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32))
     if not glu:
         _check(ys[1], *_ref(x, P, S, B, bits, group))
@@ -527,13 +533,6 @@ def test_l2_prefetch_prologue_same_bits(monkeypatch, glu):
     Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=p2.per)
     for p, R in ((p2, 1), (p2, 6), (dataclasses.replace(p2, blocks=8), 1)):
         x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
-        ys = []
-        for pre in ("1", "2"):
-            monkeypatch.setenv("TENSORFOLD_GEMV3_PRE", pre)
-            y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
-            ws = np.full((p.ks, R, out), np.nan, np.float32)
-            Q.launch(Wp, S, B, x, y, p, R, ws=ws, glu=glu)
-            assert not np.isnan(y).any(), f"PRE={pre} R={R}: unwritten output"
-            ys.append(y)
+        ys = [_launch_under(monkeypatch, {"TENSORFOLD_GEMV3_PRE": e}, Wp, S, B, x, p, glu) for e in ("1", "2")]
         assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"R={R}"
     assert not Q.counters().any()
