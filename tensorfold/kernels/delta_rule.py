@@ -145,6 +145,7 @@ SRG = SNT // SCG  # row groups
 SKP = MAXDK // SRG  # state rows per thread
 SNW = SNT // 32  # warps per block
 SKC = SKP * CPT  # state registers per thread
+NGV = SNT // 32  # a lane's columns in the fused kernels' gated norm (Dv <= SNT, lane-strided)
 _RGOFF = (4, 8, 16)  # lane bits that hold the row group inside a warp (SCG = 4)
 
 if IS_SIM:
@@ -344,6 +345,9 @@ def _make_recurrent(general, fused=False):
             ck = cuda.shared.array(MAXDK, float32)
             cvs = cuda.shared.array(SVS, float32)
             flag = cuda.shared.array(1, int32)
+            gov = cuda.local.array(NGV, float32)
+            gzv = cuda.local.array(NGV, float32)
+            gwv = cuda.local.array(NGV, float32)
         if GEN:
             khist = cuda.shared.array((MAXR, MAXDK), float32)
             dhist = cuda.shared.array((MAXR, SVS), float32)
@@ -621,24 +625,34 @@ def _make_recurrent(general, fused=False):
             if flag[0] == nsl - 1:
                 if tid == 0:
                     ctr[seg, hv] = 0
+                # a lane's o, z and norm-weight values are all loaded before the sum (one round trip, not two)
                 for rb in range(row0, row0 + n, SNW):
                     r = rb + warp
                     valid = r < row0 + n
                     ss = float32(0.0)
                     if valid:
-                        for c in range(lane, Dv, 32):
-                            v = _ldcg3(o, r, hv, c)
-                            ss += v * v
+                        for i in range(NGV):
+                            c = lane + 32 * i
+                            if c < Dv:
+                                gov[i] = _ldcg3(o, r, hv, c)
+                                gzv[i] = z[r, hv * Dv + c]
+                                gwv[i] = nw[c]
+                        for i in range(NGV):
+                            if lane + 32 * i < Dv:
+                                v = gov[i]
+                                ss += v * v
                     tot = warp_sum(ss)
                     if valid:
                         inv = float32(1.0) / float32(math.sqrt(tot / float32(Dv) + eps))
-                        for c in range(lane, Dv, 32):
-                            zz = z[r, hv * Dv + c]
-                            if act == 0:
-                                gt = zz * _sigm(zz)
-                            else:
-                                gt = _sigm(zz)
-                            gn[r, hv * Dv + c] = _ldcg3(o, r, hv, c) * inv * nw[c] * gt
+                        for i in range(NGV):
+                            c = lane + 32 * i
+                            if c < Dv:
+                                zz = gzv[i]
+                                if act == 0:
+                                    gt = zz * _sigm(zz)
+                                else:
+                                    gt = _sigm(zz)
+                                gn[r, hv * Dv + c] = gov[i] * inv * gwv[i] * gt
 
     return kern
 
