@@ -1051,7 +1051,8 @@ def _completion_batched(a, TR: int, glu: bool) -> None:
         if glu:  # output (ob / 2 + c) pairs the tile's gate row and its up row, 8 apart in ws
             a(f"{I}o{i} = (ob >> 1) + c{i}")
             a(f"{I}ok{i} = ok{i} and o{i} < hout")
-            a(f"{I}ad{i} = r{i} * out + ob + (c{i} >> 3) * 16 + (c{i} & 7)")
+            # a partial last tile's outputs past hout would read past ws (their gate / up rows do not exist)
+            a(f"{I}ad{i} = r{i} * out + (ob + (c{i} >> 3) * 16 + (c{i} & 7) if ok{i} else 0)")
         else:
             a(f"{I}o{i} = ob + c{i}")
             a(f"{I}ok{i} = ok{i} and o{i} < out")

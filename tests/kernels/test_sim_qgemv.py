@@ -479,13 +479,15 @@ def _launch_under(monkeypatch, env, W, S, B, x, p, glu):
 def test_batched_completion_same_bits(monkeypatch, glu):
     """The split-K completion that sums a warp's completed tiles together (``TENSORFOLD_GEMV3_CMP=2``, the
     default) against the one-tile-at-a-time form (``1``): bit-equal, plain and with the SwiGLU epilogue. One warp a
-    chunk owns all 6 tiles and completes several, 3 rows make 288 / 144 outputs (more than one pass of
-    ``CMP_EPL`` x 32), and 9 chunks pass ``CMP_KU`` partials a round; checked against float64 too, counters left
-    at zero."""
-    bits, group, out, K, R = 4, 32, 96, 288, 3
+    chunk owns every tile and completes several; 3 rows make 240 / 144 outputs (more than one pass of
+    ``CMP_EPL`` x 32); 9 chunks pass ``CMP_KU`` partials a round; the last tile is partial (plain: 72 rows in
+    16-row tiles; SwiGLU: 40 gate / up pairs in 32-row tiles, whose outputs past 40 must not read past the
+    workspace, which the simulator checks). Checked against float64 too, counters left at zero."""
+    bits, group, K, R = 4, 32, 288, 3
+    out, mt = (80, 2) if glu else (72, 1)
     P, S, B = _case(bits, group, out, K)
-    p = Q.V3Plan(out, K, bits, group, nw=1, mt=1, cg=1, u=1, depth=1, blocks=1)
-    assert p.ks == 9 > Q.CMP_KU and 6 * R * 16 // (2 if glu else 1) > 32 * Q.CMP_EPL
+    p = Q.V3Plan(out, K, bits, group, nw=1, mt=mt, cg=1, u=1, depth=1, blocks=1)
+    assert p.ks == 9 > Q.CMP_KU and -(-out // (16 * mt)) * R * 16 > 32 * Q.CMP_EPL
     x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
     ys = [_launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": c}, P, S, B, x, p, glu) for c in ("1", "2")]
     assert not Q.counters().any()
