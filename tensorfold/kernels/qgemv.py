@@ -91,8 +91,8 @@ from numba import cuda
 
 from . import _kcache
 from ._codegen import single_assignment
-from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, gemv_trigger_here, ldg_f32x4_2d,
-                      pdl_trigger, pdl_wait, quad_sum, warp_sum_i)
+from ._device import (CP_ASYNC_WAIT, IS_SIM, bf16_to_f32, cp_async_commit, devfn, env_choice, gemv_trigger_here,
+                      ldg_f32x4_2d, pdl_trigger, pdl_wait, quad_sum, warp_sum_i)
 from ._mma import mma_bf16, pack_bf16x2, split_bf16x2
 from .activations import swiglu
 
@@ -1142,30 +1142,21 @@ def cmp_mode() -> int:
     """``TENSORFOLD_GEMV3_CMP`` (read when a kernel is generated): the split-K completion, 2 (the default: a warp's
     completed tiles summed together, ``_completion_batched``) or 1 (one tile at a time, the code before session
     27). The same bits either way."""
-    v = os.environ.get("TENSORFOLD_GEMV3_CMP", "2").strip() or "2"
-    if v not in ("1", "2"):
-        raise ValueError(f"TENSORFOLD_GEMV3_CMP={v!r}: expected 1 or 2")
-    return int(v)
+    return int(env_choice("TENSORFOLD_GEMV3_CMP", "2", ("1", "2"), "qgemv split-K completion"))
 
 
 def pre_mode() -> int:
     """``TENSORFOLD_GEMV3_PRE`` (read when a kernel is generated): 1 (the default) issues a register-ring kernel's
     first weight loads before its PDL wait; 0 right after x's loads; 2 the same, with the first tile's weights
     prefetched into L2 before the wait (swept plans; ``_gen_source``'s ``pre``). Load order only: the same bits."""
-    v = os.environ.get("TENSORFOLD_GEMV3_PRE", "1").strip() or "1"
-    if v not in ("0", "1", "2"):
-        raise ValueError(f"TENSORFOLD_GEMV3_PRE={v!r}: expected 0, 1 or 2")
-    return int(v)
+    return int(env_choice("TENSORFOLD_GEMV3_PRE", "1", ("0", "1", "2"), "qgemv first weight loads"))
 
 
 def xq_on() -> bool:
     """``TENSORFOLD_GEMV3_XQ=1`` (read when a kernel is generated; off by default): x's group sums by quad shuffles
     in the item pass (``_gen_source``'s ``xq``). Another fixed order of the same adds: other bits than 0, the same
     for every row count and form."""
-    v = os.environ.get("TENSORFOLD_GEMV3_XQ", "0").strip() or "0"
-    if v not in ("0", "1"):
-        raise ValueError(f"TENSORFOLD_GEMV3_XQ={v!r}: expected 0 or 1")
-    return v == "1"
+    return env_choice("TENSORFOLD_GEMV3_XQ", "0", ("0", "1"), "qgemv x group sums") == "1"
 
 
 def _xh_on() -> bool:
