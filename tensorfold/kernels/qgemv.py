@@ -511,7 +511,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     ``pre`` (register ring only): 1 issues the first ``depth`` iterations' weight loads before ``pdl_wait``; 0 after
     it, right behind x's loads (x then does not queue behind them; the overlap with the previous kernel is lost);
     2 (``sw``) as 0, with the first tile's run prefetched into L2 before the wait (``pf_l2``: the overlap kept,
-    nothing in the SM's response path ahead of x).
+    nothing in the SM's response path ahead of x); 3 and 4 prefetch the first 2 and 3 tiles' runs (more of the
+    weights in flight while the previous kernel's tail runs: session 27's timeline saw most blocks resident about
+    4 us before the wait returns).
     ``xq``: each x item's partial sums over its k-steps are added across the item's 4 lanes by two shuffles
     (``quad_sum``) into ``xs`` during the item pass, instead of through ``xp`` and a second pass and barrier: one
     block barrier in the x preparation instead of two, and another (fixed) order of the group sums' fp32 adds.
@@ -724,15 +726,22 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     elif stages:
         for qq in range(stages - 1):
             copies("    ", qq, "c", qq)
-    elif pre == 2 and sw:
-        # the first tile's run of nit pieces (contiguous) into L2, a line a lane: no registers, no responses that
-        # x's loads after the wait would queue behind; the ring's first loads then come from L2
+    elif pre >= 2 and sw:
+        # the first pre - 1 tiles' runs of nit pieces (contiguous) into L2, a line a lane: no registers, no
+        # responses that x's loads after the wait would queue behind; the ring's first loads then come from L2.
+        # Tile 0 is clamped like the ring's bases (a warp without a tile prefetches the last run: in bounds); later
+        # tiles only where the warp has them
         nl = -(-nit * PWs // 32)  # 128-byte lines of the run
-        for m in range(mt):
-            a(f"    pfb = (kz * nt16 + min((obc >> 4) + {m}, nt16 - 1)) * {nit * PWs}")
-            for c in range(-(-nl // 32)):
-                a(f"    if lane + {32 * c} < {nl}:")
-                a(f"        pf_l2(W, pfb + (lane + {32 * c}) * 32)")
+        for jt in range(pre - 1):
+            ind = "    " if jt == 0 else "        "
+            if jt:
+                a(f"    if {jt} < ntw:")
+                a(f"        obq = (wid + {jt} * nwt) * {TR}")
+            for m in range(mt):
+                a(f"{ind}pfb = (kz * nt16 + min(({'obc' if jt == 0 else 'obq'} >> 4) + {m}, nt16 - 1)) * {nit * PWs}")
+                for c in range(-(-nl // 32)):
+                    a(f"{ind}if lane + {32 * c} < {nl}:")
+                    a(f"{ind}    pf_l2(W, pfb + (lane + {32 * c}) * 32)")
     elif pre == 1:
         for d in range(depth):
             loads("    ", f"p{d}_", "c", d)
@@ -1148,8 +1157,9 @@ def cmp_mode() -> int:
 def pre_mode() -> int:
     """``TENSORFOLD_GEMV3_PRE`` (read when a kernel is generated): 1 (the default) issues a register-ring kernel's
     first weight loads before its PDL wait; 0 right after x's loads; 2 the same, with the first tile's weights
-    prefetched into L2 before the wait (swept plans; ``_gen_source``'s ``pre``). Load order only: the same bits."""
-    return int(env_choice("TENSORFOLD_GEMV3_PRE", "1", ("0", "1", "2"), "qgemv first weight loads"))
+    prefetched into L2 before the wait (swept plans; ``_gen_source``'s ``pre``); 3 / 4 prefetch 2 / 3 tiles. Load
+    order only: the same bits."""
+    return int(env_choice("TENSORFOLD_GEMV3_PRE", "1", ("0", "1", "2", "3", "4"), "qgemv first weight loads"))
 
 
 def xq_on() -> bool:
