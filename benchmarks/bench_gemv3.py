@@ -255,9 +255,12 @@ def main(argv=None):
                     "(qgemv.sweep_pack of the same weights; same bits)")
     ap.add_argument("--glu", action="store_true", help="time each plan's SwiGLU-epilogue form too (gate | up "
                     "weights: y [R, out / 2]; the shape's out must be a multiple of 16)")
+    ap.add_argument("--pdl", action="store_true", help="capture the graphs with programmatic dependent launch (the "
+                    "decode graphs' form: a launch's pre-wait loads overlap the previous launch's tail)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
+    from tensorfold.kernels import _pdl
     from tensorfold.kernels import affine as A
     from tensorfold.kernels import qgemv as Q
 
@@ -267,7 +270,8 @@ def main(argv=None):
     bw = bk.copy_bandwidth(ctx)
     commit = os.environ.get("TF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                                                            capture_output=True, text=True).stdout.strip()
-    print(f"copy bandwidth {bw:.0f} GB/s, commit {commit}", flush=True)
+    print(f"copy bandwidth {bw:.0f} GB/s, commit {commit}, pdl {int(args.pdl)}, qgemv cmp {Q.cmp_mode()} pre "
+          f"{Q.pre_mode()} xq {int(Q.xq_on())}", flush=True)
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c]
     rows = [int(r) for r in args.rows.split(",")]
     res = []
@@ -330,7 +334,8 @@ def main(argv=None):
                 case = bk.Case(name=name, model=model, shape=f"{out}x{inp}", nbytes=wbytes + R * (inp + out) * 4,
                                launches=[mk(m) for m in mats_])
                 try:
-                    sec, how = bk.time_case(case, ctx)
+                    with _pdl.scope(args.pdl):  # --pdl: the graph's launches carry the PDL attribute, as in decode
+                        sec, how = bk.time_case(case, ctx)
                 except Exception as e:  # noqa: BLE001
                     print(f"{model} {label} R={R} {name}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
                     continue
@@ -347,7 +352,8 @@ def main(argv=None):
         del mats, smats
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"gemv3_{commit}.json"), "w") as f:
-        json.dump(dict(commit=commit, copy_gbs=bw, rows=res), f, indent=1)
+        json.dump(dict(commit=commit, copy_gbs=bw, pdl=args.pdl, cmp=Q.cmp_mode(), pre=Q.pre_mode(), xq=Q.xq_on(),
+                       rows=res), f, indent=1)
 
 
 if __name__ == "__main__":
