@@ -273,8 +273,30 @@ def host_split(be, n, steps, log, rng, decode_prompt=32, tag=""):
     return res
 
 
+def _ab_sets(spec: str):
+    """``--ab-env`` "A=1 B=0;A=2 B=1" -> [("A=1 B=0", {"A": "1", "B": "0"}), ...]; "" -> [("", {})] (no switching)."""
+    out = []
+    for part in [p.strip() for p in spec.split(";")] if spec.strip() else [""]:
+        env = {}
+        for kv in part.split():
+            k, _, v = kv.partition("=")
+            if not k or not _:
+                raise SystemExit(f"--ab-env: {kv!r} is not NAME=VALUE")
+            env[k] = v
+        out.append((part, env))
+    return out
+
+
+def _restore_env(saved: dict):
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32, profile=(),
-                   split=False, profile_prompts=()):
+                   split=False, profile_prompts=(), ab="", ab_rounds=2):
     from tensorfold.model.checkpoint import load_checkpoint
     from tensorfold.runtime.backend import CudaBackend
     from tensorfold.runtime.caches import plan_caches
@@ -309,21 +331,32 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
             res = host_split(be, n, steps, log, rng, decode_prompt, tag=f"[{geom}] ")
             for k, v in res.items():
                 rows.append((f"decode, {k}", n, n / v, v * 1e3, None, 0.0))
-    for n in streams:
-        slots, toks = start_streams(be, n, rng, decode_prompt)
-        t = time.perf_counter()
-        for _ in range(steps):
-            lens = [be._lens[s] for s in slots]
-            toks = be.decode_sample(slots, toks, _sample_rows(lens, V))
-        dt = (time.perf_counter() - t) / steps
-        avg_len = np.mean([be._lens[s] for s in slots])
-        nbytes = wbytes + n * state_rw + n * avg_len * kv_tok
-        floor = nbytes / bw
-        rows.append(("decode", n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
-        log(f"[{geom}] decode {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
-            f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline")
-        for s in slots:
-            be.free(s)
+    sets = _ab_sets(ab)
+    saved = {k: os.environ.get(k) for _, env in sets for k in env}
+    for rnd in range(ab_rounds if len(sets) > 1 else 1):
+        for tag, env in sets:
+            if len(sets) > 1:  # kernel switches read when a kernel is made: drop the graphs, recapture under env
+                _restore_env(saved)  # a set names only what it changes: the others are back at the process's values
+                os.environ.update(env)
+                be.graphs.graphs.clear()
+                be.graphs.wgraphs.clear()
+            lab = f"decode [{tag}] round {rnd + 1}" if len(sets) > 1 else "decode"
+            for n in streams:
+                slots, toks = start_streams(be, n, rng, decode_prompt)
+                t = time.perf_counter()
+                for _ in range(steps):
+                    lens = [be._lens[s] for s in slots]
+                    toks = be.decode_sample(slots, toks, _sample_rows(lens, V))
+                dt = (time.perf_counter() - t) / steps
+                avg_len = np.mean([be._lens[s] for s in slots])
+                nbytes = wbytes + n * state_rw + n * avg_len * kv_tok
+                floor = nbytes / bw
+                rows.append((lab, n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
+                log(f"[{geom}] {lab} {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
+                    f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline")
+                for s in slots:
+                    be.free(s)
+    _restore_env(saved)
     # prompt: each length runs twice on fresh slots. The first call of a length compiles what is new and captures
     # its graph (reported as "first call"); the second, timed, replays it -- what a server sees once warm.
     for L in prompts:
@@ -542,6 +575,10 @@ def main(argv=None):
                     "compile what the benchmark then reuses; a failure or a slow benchmark cannot skip them)")
     ap.add_argument("--load-only", action="store_true", help="time the startup only (synthesise if absent)")
     ap.add_argument("--cold", action="store_true", help="with --load-only: drop the checkpoint from the page cache")
+    ap.add_argument("--ab-env", default="", help='kernel switches to alternate in one process, ";"-separated sets '
+                    'of NAME=VALUE, e.g. "TENSORFOLD_GEMV3_PRE=1;TENSORFOLD_GEMV3_PRE=2": each set recaptures the '
+                    'decode graphs (switches read when a kernel is made) and is timed, --ab-rounds times in turn')
+    ap.add_argument("--ab-rounds", type=int, default=2)
     ap.add_argument("--peer", action="store_true", help="also time transformers' Qwen3_5ForCausalLM (bf16) decode")
     ap.add_argument("--peer-streams", default="1,8")
     ap.add_argument("--peer-tokens", type=int, default=20)
@@ -599,7 +636,8 @@ def main(argv=None):
                                          decode_prompt=a.decode_prompt,
                                          profile=[int(x) for x in a.profile.split(",") if x],
                                          split=a.host_split,
-                                         profile_prompts=[int(x) for x in a.profile_prompt.split(",") if x])
+                                         profile_prompts=[int(x) for x in a.profile_prompt.split(",") if x],
+                                         ab=a.ab_env, ab_rounds=a.ab_rounds)
         table += [(g,) + r for r in rows]
         if a.peer:
             table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,
