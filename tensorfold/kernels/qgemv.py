@@ -73,7 +73,10 @@ PDL wait returns at 4.6 (the previous kernel's end + 0.6), the x preparation tak
 loads, queued behind the weight loads issued before the wait), the main loops stream at 4.1-4.3 TB/s (median 13.1 µs
 a warp, max 14.9), the completion adds 1.3 (median) to 5 (max). The one-tile-at-a-time completion it replaced
 took 3.2 (median) to 8.7; with it 9B gate+up ran 25.7 -> 23.2 µs, 27B gate+up 39.7 -> 34.5 (68.7 % of copy), 27B
-down 26.1 -> 22.8, and eight rows 1.3-1.5x one row (benchmarks/results/session27_2026-12-03.md).
+down 26.1 -> 22.8, and eight rows 1.3-1.5x one row (benchmarks/results/session27_2026-12-03.md). Session 28 loads
+x first and only prefetches the first tile's weights into L2 before the wait (``pre_mode`` 2), with the group
+sums by quad shuffles (``xq_on``): 9B gate+up under PDL 25.2 -> 23.9 µs (SwiGLU, one row), 9B decode 351 -> 368
+tok/s at one stream (benchmarks/results/session28_2026-12-03.md).
 
 Lane layout (``g = lane >> 2``, ``t = lane & 3``): lane (g, t) owns output rows g and g + 8 of each 16-row tile
 and, in every group, the contiguous words ``t * LW .. t * LW + LW - 1`` of those rows (``LW = group * bits / 128``);
@@ -510,10 +513,9 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``pre`` (register ring only): 1 issues the first ``depth`` iterations' weight loads before ``pdl_wait``; 0 after
     it, right behind x's loads (x then does not queue behind them; the overlap with the previous kernel is lost);
-    2 (``sw``) as 0, with the first tile's run prefetched into L2 before the wait (``pf_l2``: the overlap kept,
-    nothing in the SM's response path ahead of x); 3 and 4 prefetch the first 2 and 3 tiles' runs (more of the
-    weights in flight while the previous kernel's tail runs: session 27's timeline saw most blocks resident about
-    4 us before the wait returns).
+    2 (``sw``; without it ``get_pyfunc`` makes it 1) as 0, with the first tile's run prefetched into L2 before the
+    wait (``pf_l2``: the overlap kept, nothing in the SM's response path ahead of x); 3 and 4 prefetch the first 2
+    and 3 tiles' runs (session 28: slower than 2, see ``pre_mode``).
     ``xq``: each x item's partial sums over its k-steps are added across the item's 4 lanes by two shuffles
     (``quad_sum``) into ``xs`` during the item pass, instead of through ``xp`` and a second pass and barrier: one
     block barrier in the x preparation instead of two, and another (fixed) order of the group sums' fp32 adds.
@@ -1116,6 +1118,8 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     glu = bool(glu)
     cmp = cmp_mode() if cmp is None else int(cmp)
     pre = (pre_mode() if pre is None else int(pre)) if not (pf or stages) else 1
+    if pre >= 2 and not sw:  # the L2 prefetch walks swept runs: MLX-layout kernels keep the default order
+        pre = 1
     xq = xq_on() if xq is None else bool(xq)
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
            bool(defer), cmp, pre, xq)
@@ -1155,18 +1159,25 @@ def cmp_mode() -> int:
 
 
 def pre_mode() -> int:
-    """``TENSORFOLD_GEMV3_PRE`` (read when a kernel is generated): 1 (the default) issues a register-ring kernel's
-    first weight loads before its PDL wait; 0 right after x's loads; 2 the same, with the first tile's weights
-    prefetched into L2 before the wait (swept plans; ``_gen_source``'s ``pre``); 3 / 4 prefetch 2 / 3 tiles. Load
-    order only: the same bits."""
-    return int(env_choice("TENSORFOLD_GEMV3_PRE", "1", ("0", "1", "2", "3", "4"), "qgemv first weight loads"))
+    """``TENSORFOLD_GEMV3_PRE`` (read when a kernel is generated): 2 (the default since session 28) loads x first and
+    prefetches the first tile's run of weights into L2 before the PDL wait (swept plans; MLX-layout kernels make it
+    1, ``get_pyfunc``); 1 issues the first ``depth`` iterations' weight loads into registers before the wait (the
+    order before session 28); 0 issues them right after x's loads; 3 / 4 prefetch 2 / 3 tiles. Load order only:
+    the same bits.
+
+    Measured on the H200 under PDL (session 28, benchmarks/results/session28_2026-12-03.md), 9B gate+up at one row,
+    µs plain / SwiGLU: PRE 1 22.6 / 25.2, 2 21.8 / 23.9, 3 23.7 / 25.5, 4 25.3 / 27.1 (more prefetch competes
+    with the previous launch's own loads). With ``xq_on`` (both defaults) 9B decode went 351.5 / 350.8 -> 367.2 /
+    369.7 tok/s at one stream and 1,948.9 / 2,007.7 -> 2,110.8 / 2,121.6 at eight (two rounds, one process)."""
+    return int(env_choice("TENSORFOLD_GEMV3_PRE", "2", ("0", "1", "2", "3", "4"), "qgemv first weight loads"))
 
 
 def xq_on() -> bool:
-    """``TENSORFOLD_GEMV3_XQ=1`` (read when a kernel is generated; off by default): x's group sums by quad shuffles
-    in the item pass (``_gen_source``'s ``xq``). Another fixed order of the same adds: other bits than 0, the same
-    for every row count and form."""
-    return env_choice("TENSORFOLD_GEMV3_XQ", "0", ("0", "1"), "qgemv x group sums") == "1"
+    """``TENSORFOLD_GEMV3_XQ`` (read when a kernel is generated): 1 (the default since session 28) adds x's group
+    sums by quad shuffles in the item pass, one block barrier fewer (``_gen_source``'s ``xq``); 0 the two-pass sums
+    before it. Another fixed order of the same adds: other bits than 0, the same for every row count and form.
+    Measured (session 28, 9B gate+up at PRE=3, one row, under PDL): 23.7 -> 22.9 µs plain, 25.5 -> 24.9 SwiGLU."""
+    return env_choice("TENSORFOLD_GEMV3_XQ", "1", ("0", "1"), "qgemv x group sums") == "1"
 
 
 def _xh_on() -> bool:
@@ -1753,9 +1764,9 @@ def _specs():
             f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
             specs.append((f, _SIG))
             hot.add(f.__name__)
-    # the x preparation's opt-in forms (TENSORFOLD_GEMV3_PRE=2: x first, an L2 prefetch before the wait;
-    # TENSORFOLD_GEMV3_XQ=1), SwiGLU at 1-4 rows
-    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=2, xq=True)
+    # the x preparation's order before session 28 (opt-in: TENSORFOLD_GEMV3_PRE=1, TENSORFOLD_GEMV3_XQ=0; the
+    # specs above take the defaults, PRE=2 + XQ=1), SwiGLU at 1-4 rows
+    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False)
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows

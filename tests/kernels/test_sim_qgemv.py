@@ -499,7 +499,7 @@ def test_batched_completion_same_bits(monkeypatch, glu):
 @pytest.mark.parametrize("xh", [0, 1])
 def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
     """``TENSORFOLD_GEMV3_PRE=0`` (the first weight loads issued after x's, the x batches unrolled) gives the bits
-    of the default order. ``TENSORFOLD_GEMV3_XQ=1`` (x's group sums by quad shuffles, another fixed order of the
+    of PRE=1 (the register-ring loads before the wait). ``TENSORFOLD_GEMV3_XQ=1`` (x's group sums by quad shuffles, another fixed order of the
     adds) is checked against float64 within ``_ref``'s bound, and is row-exact: rows launched alone or 3 at a time
     equal the same rows of an 8-row launch, across the 1-4-row and 5-8-row kernel forms. Both also with PRE=0,
     hi + lo x (two n-tiles at 8 rows: two x batches) and bf16-only x, two chunks."""
