@@ -499,10 +499,10 @@ def test_batched_completion_same_bits(monkeypatch, glu):
 @pytest.mark.parametrize("xh", [0, 1])
 def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
     """``TENSORFOLD_GEMV3_PRE=0`` (the first weight loads issued after x's, the x batches unrolled) gives the bits
-    of PRE=1 (the register-ring loads before the wait). ``TENSORFOLD_GEMV3_XQ=1`` (x's group sums by quad shuffles, another fixed order of the
-    adds) is checked against float64 within ``_ref``'s bound, and is row-exact: rows launched alone or 3 at a time
-    equal the same rows of an 8-row launch, across the 1-4-row and 5-8-row kernel forms. Both also with PRE=0,
-    hi + lo x (two n-tiles at 8 rows: two x batches) and bf16-only x, two chunks."""
+    of PRE=1 (the register-ring loads before the wait). ``TENSORFOLD_GEMV3_XQ=1`` (x's group sums by quad shuffles,
+    another fixed order of the adds) is checked against float64 within ``_ref``'s bound, and is row-exact: rows
+    launched alone or 3 at a time equal the same rows of an 8-row launch, across the 1-4-row and 5-8-row kernel
+    forms. Both also with PRE=0, hi + lo x (two n-tiles at 8 rows: two x batches) and bf16-only x, two chunks."""
     bits, group, out, K, rows = 4, 64, 72, 256, 8
     P, S, B = _case(bits, group, out, K)
     p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=2, u=2, depth=1, blocks=4, xh=xh)
@@ -526,10 +526,10 @@ def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
 @pytest.mark.parametrize("glu", [False, True])
 def test_l2_prefetch_prologue_same_bits(monkeypatch, glu):
     """``TENSORFOLD_GEMV3_PRE=2`` on the swept layout (the first tile's run prefetched into L2 before the wait, the
-    first weight loads after x's; the simulator's ``pf_l2`` asserts each line lies inside W), and 3 / 4 (the first
-    2 / 3 tiles' runs): the bits of the default order at 1 and 6 rows, plain and SwiGLU, two chunks; 2 blocks (1-2
-    tiles a warp), 1 block (3 tiles a warp: every prefetched tile is real) and 8 (warps without a tile, whose
-    clamped first tile is the last run of W: the prefetch's bounds)."""
+    first weight loads after x's; the simulator's ``pf_l2`` asserts each line lies inside W), and 3 / 4 (the first 2
+    / 3 tiles' runs): the bits of PRE=1 (register-ring loads before the wait) at 1 and 6 rows, plain and SwiGLU, two
+    chunks; 2 blocks (1-2 tiles a warp), 1 block (3 tiles a warp: every prefetched tile is real) and 8 (warps
+    without a tile, whose clamped first tile is the last run of W: the prefetch's bounds)."""
     bits, group, u, out, K = 4, 64, 4, 96, 512
     P, S, B = _case(bits, group, out, K)
     p2 = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=u, depth=1, blocks=2, xh=1, sw=2 if glu else 1)
