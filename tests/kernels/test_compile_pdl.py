@@ -5,7 +5,8 @@
 add + RMSNorm, the tensor-core GEMV (pipelined form), the bandwidth GEMV ``qgemv3``, the fused GDN step, the
 attention partials and the sampler's first kernel -- is compiled to PTX for cc 9.0 with the instructions on and
 assembled by ``ptxas`` (when on PATH), and for cc 8.0 with them off. Checks: the sm_90 PTX holds both
-instructions; both GEMVs issue a weight load (``ld.global.nc``) before the wait, which is the point of PDL for them;
+instructions; the GEMVs issue a weight load (``ld.global.nc``) or, qgemv's swept default, an L2 prefetch of weights
+(``prefetch.global.L2``) before the wait, which is the point of PDL for them;
 the sm_80 PTX holds neither; ``_pdl.aware`` accepts every one of these kernels.
 """
 
@@ -18,10 +19,16 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SAMPLE = (("activations", "silu_mul_fused_k", False), ("norms", "add_rms_norm_v4", False),
-          ("affine", "qgemv_tc_b4_g64_n1_w4_m2_u4_bf16_p", True), ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1", True),
-          ("delta_rule", "gdn_fused_step", False), ("attention", "attn_partials_bf16_g4", False),
-          ("sample", "amax_k", False))
+# (module, kernel, what a GEMV issues before its wait: "ld" a weight load, "pf" an L2 prefetch of weights, "" none
+# checked). qgemv's names carry its default switches: "_q" the quad group sums (TENSORFOLD_GEMV3_XQ), "_e2" x first
+# with the first tile's weights prefetched into L2 (TENSORFOLD_GEMV3_PRE=2, swept plans; the MLX-layout kernel keeps
+# its register loads before the wait); "_sw_xz" the swept 1-4-row bf16-x form that one-stream decode launches.
+SAMPLE = (("activations", "silu_mul_fused_k", ""), ("norms", "add_rms_norm_v4", ""),
+          ("affine", "qgemv_tc_b4_g64_n1_w4_m2_u4_bf16_p", "ld"),
+          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_q", "ld"),
+          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xz_e2_q", "pf"),
+          ("delta_rule", "gdn_fused_step", ""), ("attention", "attn_partials_bf16_g4", ""),
+          ("sample", "amax_k", ""))
 
 
 def _worker() -> int:
@@ -41,7 +48,12 @@ def _worker() -> int:
     out = []
     for modname, name, gemv in SAMPLE:
         mod = importlib.import_module(f"tensorfold.kernels.{modname}")
-        fn, sig = next((f, s) for f, s in mod.COMPILE_SPECS if getattr(f, "__name__", "") == name)
+        hit = next(((f, s) for f, s in mod.COMPILE_SPECS if getattr(f, "__name__", "") == name), None)
+        if hit is None:  # a renamed kernel (a default switch changed): say which, and what the module has
+            names = sorted(getattr(f, "__name__", "?") for f, _ in mod.COMPILE_SPECS)
+            print(json.dumps({"missing": name, "have": names}))
+            return 0
+        fn, sig = hit
         fn = getattr(fn, "py_func", fn)
         rec = {"kernel": name, "aware": _pdl.aware(fn)}
         for on, cc in ((True, (9, 0)), (False, (8, 0))):
@@ -52,7 +64,7 @@ def _worker() -> int:
             iw, it = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
             rec[key] = {"wait": iw >= 0, "trigger": it >= 0}
             if gemv and on:
-                il = ptx.find("ld.global.nc")
+                il = ptx.find("ld.global.nc" if gemv == "ld" else "prefetch.global.L2")
                 rec[key]["load_before_wait"] = 0 <= il < iw
             rep = tc._run_ptxas(ptx, cc)
             rec[key]["ptxas"] = None if rep is None else (rep["error"] if "error" in rep else "ok")
@@ -64,7 +76,9 @@ def _worker() -> int:
 def test_pdl_forms_sm90():
     from test_compile import run_worker
 
-    res = run_worker(__file__)["results"]
+    data = run_worker(__file__)
+    assert "missing" not in data, f"kernel {data.get('missing')} not in COMPILE_SPECS; it has {data.get('have')}"
+    res = data["results"]
     assert len(res) == len(SAMPLE)
     for r in res:
         print(r)
