@@ -310,6 +310,8 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
     be = CudaBackend(ck.tensors, c, parallel=nmax, context=ctx, kv_cache="bf16", prompt_rows=prompt_rows,
                      model_name=f"synth {geom}", progress=False)
     log(f"[{geom}] {be.startup_line} (total {time.perf_counter() - t:.1f} s)")
+    if be.graphs.ahead_info:
+        log(f"[{geom}] compile ahead: {be.graphs.ahead_info}")
     rng = np.random.default_rng(0)
     V = c.vocab_size
     wbytes = be.arena.nbytes
@@ -433,6 +435,8 @@ def load_geometry(geom, root, streams, log, cold=False, ctx=4096):
         f"{tm['weights_plan']:.2f} s, host read {tm['weights_read']:.1f} s, copy wait {tm['weights_wait']:.1f} s) + "
         f"caches/buffers {tm['alloc']:.2f} s + graphs (compile + capture, {len(be.graphs.buckets)} buckets) "
         f"{tm['graphs']:.1f} s{' [cold page cache]' if cold else ''}")
+    if be.graphs.ahead_info:
+        log(f"[{geom}] compile ahead: {be.graphs.ahead_info}")
     be.close()
     del be
     return [("load", n, 0.0, total * 1e3, gb, 0.0)]

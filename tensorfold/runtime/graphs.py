@@ -79,6 +79,7 @@ class DecodeGraphs:
         self._wfailed: set = set()  # window shapes whose capture failed (they run eagerly)
         self._core_stream = None
         self.capture_error = None
+        self.ahead_info = None  # what kernels._precompile did at the first capture_all (text), if it ran
         # decode fast path (``fast_step``): metadata written in place (``Meta.write_step``,
         # ``SampleMeta.write_fast``), the ids copied back into a preallocated pinned buffer; False: the generic
         # batch builders (the same bytes, slower; kept for comparison and as the reference of the tests)
@@ -199,6 +200,7 @@ class DecodeGraphs:
     def capture_all(self) -> None:
         if not self.use_graphs:
             return
+        ahead = self._compile_ahead()
         for b in self.buckets:
             try:
                 self.capture(b)
@@ -206,6 +208,27 @@ class DecodeGraphs:
                 self.capture_error = f"{type(e).__name__}: {e}"
                 self.use_graphs = False
                 return
+        if ahead is not None:
+            self.ahead_info = ahead.summary()
+
+    def _compile_ahead(self):
+        """Before the first captures: note every step bucket's kernels (launches noted, not made) and compile the
+        missing ones in worker processes into the kernel cache (``kernels._precompile``); None when that is off."""
+        from tensorfold.kernels import _precompile
+
+        if _precompile.workers() < 2:
+            return None
+        try:
+            with _precompile.recording() as rec:
+                for b in self.buckets:
+                    self.metas[b].write(_padding_batch(b), stream=self.stream)
+                    self.run.sample_meta.write([], stream=self.stream)
+                    self._launch(b, self.stream)
+            self.stream.synchronize()
+            return _precompile.compile_ahead(rec)
+        except Exception as e:  # noqa: BLE001 -- the captures below compile in this process as before
+            self.ahead_info = f"compile ahead failed: {type(e).__name__}: {e}"
+            return None
 
     def step(self, slots, ids, lens, rows) -> np.ndarray:
         """One token per stream (``rows``: SampleRow per stream) -> sampled ids [n] (numpy int32)."""

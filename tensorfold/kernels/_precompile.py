@@ -1,0 +1,266 @@
+"""Compile a start-up's kernels in worker processes, into the on-disk kernel cache (host side).
+
+A cold start (empty kernel cache) spends almost all its time in numba compiling, one kernel after another, in the
+first eager forwards: 144 s for the 9B synth on a fresh H200 machine (session 28). numba compiles under one global
+lock, so threads would not help; processes do.
+
+How:
+1. :func:`recording`: inside it, launches made by this thread are not made; each dispatcher's argument types are
+   noted instead (``CUDADispatcher.call`` is wrapped once, see :func:`install`; outside a recording the wrapper
+   passes straight through). The caller runs the forwards it is about to run for real (eager, on its padding
+   batches), so what is noted is exactly what those forwards would compile.
+2. :func:`compile_ahead`: the noted signatures that are neither compiled in this process nor on disk are handed to
+   ``fork``ed worker processes, one dispatcher per task (a dispatcher's cache index is one file; one writer each),
+   the largest generated sources first. A worker compiles to PTX and saves the entry to the kernel cache; it makes
+   no CUDA driver call (a forked child may not use the parent's CUDA context), so it does not link the cubin.
+3. Back in this process, each new entry is loaded through numba's cache lookup, its cubin linked in a thread pool
+   (the linker runs outside the GIL), and the entry saved again with the cubin, so later starts load the cubin
+   instead of linking again. The caller then runs its forwards as before, with every kernel already in memory.
+
+Everything falls back to compiling in this process: a worker that fails or is killed, a signature it could not
+compile, a dispatcher without a disk cache (``_kcache`` could not make one), the simulator. The kernels that run
+are always the ones this process compiled or loaded through numba's own cache lookup.
+
+``TENSORFOLD_COMPILE_WORKERS``: how many workers (default: the CPUs this process may use, at most 16); 0 or 1 turns
+this off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+import warnings
+
+from ._device import IS_SIM
+
+__all__ = ["workers", "recording", "compile_ahead", "Ahead", "install", "run_pool"]
+
+_TLS = threading.local()
+_STATE = {"installed": False}
+
+
+def workers() -> int:
+    """Worker processes for :func:`compile_ahead` (``TENSORFOLD_COMPILE_WORKERS``; default min(16, CPUs)); 0 when
+    off: the simulator, no ``fork``, or the kernel cache off (the workers' only way to hand kernels back)."""
+    if IS_SIM or not hasattr(os, "fork"):
+        return 0
+    from . import _kcache
+
+    if not _kcache.cache_on():
+        return 0
+    v = os.environ.get("TENSORFOLD_COMPILE_WORKERS", "").strip()
+    if v:
+        try:
+            n = int(v)
+        except ValueError:
+            raise ValueError(f"TENSORFOLD_COMPILE_WORKERS={v!r}: expected a whole number of worker processes")
+    else:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:
+            n = os.cpu_count() or 1
+        n = min(16, n)
+    return n if n >= 2 else 0
+
+
+def install() -> bool:
+    """Wrap ``CUDADispatcher.call`` once so that :func:`recording` can note launches instead of making them. False
+    when numba-cuda's layout is not the expected one."""
+    if _STATE["installed"]:
+        return True
+    from numba.cuda import dispatcher as _disp
+
+    D = getattr(_disp, "CUDADispatcher", None)
+    if D is None or not hasattr(D, "call") or not hasattr(D, "typeof_pyval"):
+        return False
+    orig_call = D.call
+
+    def call(self, args, launch_config):
+        rec = getattr(_TLS, "rec", None)
+        if rec is None:
+            return orig_call(self, args, launch_config)
+        rec.append((self, tuple(self.typeof_pyval(a) for a in args)))
+        return None
+
+    call._tf_precompile = True
+    D.call = call
+    _STATE["installed"] = True
+    return True
+
+
+@contextlib.contextmanager
+def recording():
+    """Launches made by this thread inside are noted, not made; yields the list of (dispatcher, argument types)."""
+    rec: list = []
+    if not install():
+        raise RuntimeError("precompile: numba-cuda's CUDADispatcher has not the expected layout")
+    prev = getattr(_TLS, "rec", None)
+    _TLS.rec = rec
+    try:
+        yield rec
+    finally:
+        _TLS.rec = prev
+
+
+def run_pool(tasks: list, fn, n: int, timeout: float = 900.0) -> dict:
+    """Run ``fn(task)`` for every task in ``n`` forked worker processes that take the next task from a shared
+    counter (in list order). Returns {"workers", "exit_codes", "timed_out"}. A task's exception is the worker's
+    business (``fn`` should catch its own); a worker that dies loses only its current task."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    nxt = ctx.Value("i", 0)
+
+    def work():
+        while True:
+            with nxt.get_lock():
+                i = nxt.value
+                nxt.value = i + 1
+            if i >= len(tasks):
+                return
+            fn(tasks[i])
+
+    n = max(1, min(int(n), len(tasks)))
+    procs = []
+    with warnings.catch_warnings():
+        # Python 3.12 warns that fork() in a multi-threaded process may deadlock: the children here only compile
+        # (Python, LLVM, NVVM) and never enter the CUDA driver, whose threads are the ones the parent has.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for _ in range(n):
+            p = ctx.Process(target=work, daemon=True)
+            p.start()
+            procs.append(p)
+    end = time.time() + timeout
+    timed_out = False
+    for p in procs:
+        p.join(max(0.0, end - time.time()))
+        if p.is_alive():
+            timed_out = True
+            p.kill()
+            p.join()
+    return {"workers": n, "exit_codes": [p.exitcode for p in procs], "timed_out": timed_out}
+
+
+def _cost(d) -> int:
+    """Ordering key: generated kernels by their source's length (the long ones take 3-8 s), then the rest."""
+    return len(getattr(d.py_func, "_tf_source", "") or "")
+
+
+def _compile_to_disk(task) -> None:
+    """In a worker: compile each signature of one dispatcher to PTX and save it to the dispatcher's disk cache."""
+    from numba.cuda.dispatcher import _Kernel
+
+    d, sigs = task
+    for at in sigs:
+        try:
+            k = _Kernel(d.py_func, at, **d.targetoptions)
+            d._cache.save_overload(at, k)
+        except Exception as e:  # noqa: BLE001 -- the parent compiles it again and reports a real error there
+            print(f"tensorfold precompile: {d.py_func.__name__}{at}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+class Ahead:
+    """What :func:`compile_ahead` did: ``compiled`` (dispatcher, types) pairs the workers compiled and this process
+    loaded back, ``loaded`` pairs found on disk beforehand, ``missing`` pairs the workers did not deliver (compiled
+    here later, as usual), the seconds of each phase, ``workers``."""
+
+    def __init__(self):
+        self.compiled: list = []
+        self.loaded = 0
+        self.missing = 0
+        self.seconds = 0.0
+        self.pool_seconds = 0.0
+        self.link_seconds = 0.0
+        self.workers = 0
+        self.pool: dict = {}
+
+    def summary(self) -> str:
+        return (f"{len(self.compiled)} kernels compiled by {self.workers} workers in {self.pool_seconds:.1f} s, "
+                f"cubins linked in {self.link_seconds:.1f} s, {self.loaded} found in the cache, {self.missing} "
+                f"left to compile here; {self.seconds:.1f} s in all")
+
+
+def _link_all(kernels, n: int) -> None:
+    """Link each kernel's cubin (``get_cubin`` for this device's cc) in ``n`` threads, each with this process's
+    device current; a failure leaves that kernel to link at its first launch, as usual."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    cc, devnum = dev.compute_capability, dev.id
+
+    def link(k):
+        try:
+            cuda.select_device(devnum)
+            k._codelibrary.get_cubin(cc=cc)
+        except Exception:  # noqa: BLE001
+            pass
+
+    with ThreadPoolExecutor(max(1, n)) as ex:
+        list(ex.map(link, kernels))
+
+
+def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
+    """Compile the noted (dispatcher, types) pairs that this process lacks into the disk cache, in ``n`` workers
+    (default :func:`workers`), and load them here (with ``link``, their cubins too: that needs a GPU). Pairs already
+    on disk are loaded here as numba's own lookup would. Returns an :class:`Ahead`."""
+    from numba.cuda.dispatcher import CUDACache
+
+    t0 = time.time()
+    res = Ahead()
+    n = workers() if n is None else n
+    todo: dict = {}
+    for d, at in records:
+        if getattr(d, "specialized", False) or at in d.overloads:
+            continue
+        if not isinstance(getattr(d, "_cache", None), CUDACache):
+            continue
+        ent = todo.setdefault(id(d), (d, []))
+        if at not in ent[1]:
+            ent[1].append(at)
+    tasks = []
+    for d, sigs in todo.values():
+        left = []
+        for at in sigs:
+            k = d._cache.load_overload(at, d.targetctx)
+            if k is None:
+                left.append(at)
+            else:
+                d.add_overload(k, at)
+                res.loaded += 1
+        if left:
+            tasks.append((d, left))
+    if n >= 2 and len(tasks) >= 2:
+        tasks.sort(key=lambda t: -_cost(t[0]))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        t1 = time.time()
+        res.pool = run_pool(tasks, _compile_to_disk, n)
+        res.workers = res.pool["workers"]
+        t2 = time.time()
+        res.pool_seconds = t2 - t1
+        got = []
+        for d, sigs in tasks:
+            for at in sigs:
+                k = d._cache.load_overload(at, d.targetctx)
+                if k is None:
+                    res.missing += 1
+                    continue
+                d.add_overload(k, at)
+                got.append((d, at, k))
+        if link:
+            _link_all([k for _, _, k in got], n)
+            for d, at, k in got:
+                if getattr(k._codelibrary, "_cubin_cache", None):
+                    try:
+                        d._cache.save_overload(at, k)
+                    except Exception:  # noqa: BLE001 -- the entry without its cubin stays; still correct
+                        pass
+        res.link_seconds = time.time() - t2
+        res.compiled = [(d, at) for d, at, _ in got]
+    res.seconds = time.time() - t0
+    return res
