@@ -21,8 +21,15 @@ Everything falls back to compiling in this process: a worker that fails or is ki
 compile, a dispatcher without a disk cache (``_kcache`` could not make one), the simulator. The kernels that run
 are always the ones this process compiled or loaded through numba's own cache lookup.
 
-``TENSORFOLD_COMPILE_WORKERS``: how many workers (default: the CPUs this process may use, at most 16); 0 or 1 turns
-this off.
+``TENSORFOLD_COMPILE_WORKERS``: how many workers, or ``auto`` (the CPUs this process may use, at most 16); unset, 0
+or 1: off. ``TENSORFOLD_COMPILE_LOG=1`` prints each phase to stderr as it ends.
+
+Status (session 29): **off by default.** Its first GPU run (9B synth, 15 workers) failed in every worker: numba
+asked the driver for the current context, which a forked child may not do ("CUDA initialized before forking"), and
+the start fell back to compiling here, slower than without workers. ``_child_setup`` now answers those lookups with
+the parent's context object; the compile tier checks it with fakes that fail as the driver does in a child. It has
+not yet run on a GPU: the session's device time was spent. Measured on that run: the 9B step graphs need 29
+kernels, 172.9 s of compiling one at a time (graphs phase of a cold load, workers off, beside another job).
 """
 
 from __future__ import annotations
@@ -52,17 +59,20 @@ def workers() -> int:
     if not _kcache.cache_on():
         return 0
     v = os.environ.get("TENSORFOLD_COMPILE_WORKERS", "").strip()
-    if v:
-        try:
-            n = int(v)
-        except ValueError:
-            raise ValueError(f"TENSORFOLD_COMPILE_WORKERS={v!r}: expected a whole number of worker processes")
-    else:
+    if not v:
+        return 0  # off by default until a GPU run has proven it (see the module docstring)
+    if v.lower() == "auto":
         try:
             n = len(os.sched_getaffinity(0))
         except AttributeError:
             n = os.cpu_count() or 1
         n = min(16, n)
+    else:
+        try:
+            n = int(v)
+        except ValueError:
+            raise ValueError(f"TENSORFOLD_COMPILE_WORKERS={v!r}: expected a whole number of worker processes "
+                             f"or 'auto'") from None
     return n if n >= 2 else 0
 
 
@@ -105,16 +115,19 @@ def recording():
         _TLS.rec = prev
 
 
-def run_pool(tasks: list, fn, n: int, timeout: float = 900.0) -> dict:
+def run_pool(tasks: list, fn, n: int, timeout: float = 300.0, init=None) -> dict:
     """Run ``fn(task)`` for every task in ``n`` forked worker processes that take the next task from a shared
-    counter (in list order). Returns {"workers", "exit_codes", "timed_out"}. A task's exception is the worker's
-    business (``fn`` should catch its own); a worker that dies loses only its current task."""
+    counter (in list order); ``init()`` first in each worker. Returns {"workers", "exit_codes", "timed_out"}. A
+    task's exception is the worker's business (``fn`` should catch its own); a worker that dies loses only its
+    current task; after ``timeout`` seconds the workers left are killed (their tasks are lost, not wrong)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     nxt = ctx.Value("i", 0)
 
     def work():
+        if init is not None:
+            init()
         while True:
             with nxt.get_lock():
                 i = nxt.value
@@ -142,6 +155,46 @@ def run_pool(tasks: list, fn, n: int, timeout: float = 900.0) -> dict:
             p.kill()
             p.join()
     return {"workers": n, "exit_codes": [p.exitcode for p in procs], "timed_out": timed_out}
+
+
+_PARENT: dict = {}  # the parent's CUDA context, captured before the fork (see _child_setup)
+
+
+def _capture_parent() -> None:
+    from numba.cuda.cudadrv import devices
+
+    _PARENT["ctx"] = devices.get_context()
+
+
+def _child_setup() -> None:
+    """In a worker: answer numba's context and device lookups with the parent's context object (captured before the
+    fork) instead of asking the driver. A forked child may not call the CUDA driver (it returns
+    CUDA_ERROR_NOT_INITIALIZED; numba-cuda raises "CUDA initialized before forking"), and compiling asks for the
+    current context only for the device's compute capability (PTX target, cache key)."""
+    ctx = _PARENT.get("ctx")
+    if ctx is None:
+        return
+    import numba.cuda.api as api
+    import numba.cuda.compiler as compiler
+    import numba.cuda.dispatcher as dispatcher
+    from numba.cuda.cudadrv import devices
+
+    def get_context(devnum=None):
+        return ctx
+
+    def get_current_device():
+        return ctx.device
+
+    devices.get_context = get_context
+    api.current_context = get_context
+    for m in (api, compiler, dispatcher):
+        if hasattr(m, "get_current_device"):
+            m.get_current_device = get_current_device
+
+
+def _log(msg: str) -> None:
+    if os.environ.get("TENSORFOLD_COMPILE_LOG", "").strip() == "1":
+        print(f"tensorfold precompile: {msg}", file=sys.stderr, flush=True)
 
 
 def _cost(d) -> int:
@@ -238,11 +291,15 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
         tasks.sort(key=lambda t: -_cost(t[0]))
         sys.stdout.flush()
         sys.stderr.flush()
+        _capture_parent()
         t1 = time.time()
-        res.pool = run_pool(tasks, _compile_to_disk, n)
+        _log(f"{sum(len(t[1]) for t in tasks)} kernels of {len(tasks)} functions to {min(n, len(tasks))} workers "
+             f"({res.loaded} found in the cache, {t1 - t0:.1f} s)")
+        res.pool = run_pool(tasks, _compile_to_disk, n, init=_child_setup)
         res.workers = res.pool["workers"]
         t2 = time.time()
         res.pool_seconds = t2 - t1
+        _log(f"workers done in {t2 - t1:.1f} s: {res.pool}")
         got = []
         for d, sigs in tasks:
             for at in sigs:
@@ -261,6 +318,7 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
                     except Exception:  # noqa: BLE001 -- the entry without its cubin stays; still correct
                         pass
         res.link_seconds = time.time() - t2
+        _log(f"{len(got)} loaded back, {res.missing} missing, cubins linked and saved in {res.link_seconds:.1f} s")
         res.compiled = [(d, at) for d, at, _ in got]
     res.seconds = time.time() - t0
     return res

@@ -4,8 +4,8 @@
   it held.
 - Recording: launches inside ``recording()`` are noted with numba's own argument typing and not made (a kernel
   that would write its output leaves it untouched).
-- The compile tier (a worker process without the simulator, numba's device lookup patched as in
-  ``test_compile``): a real hand-written kernel and a real generated ``qgemv`` kernel are compiled by two forked
+- The compile tier (a worker process without the simulator; numba's context and device lookups answer with a fake
+  device in the parent and fail in a forked child, as the driver does after a fork): a real hand-written kernel and a real generated ``qgemv`` kernel are compiled by two forked
   workers into a fresh kernel cache (the parent compiles none); the parent loads each entry through numba's own
   cache lookup, and the PTX it loads equals the PTX of the same kernel compiled serially in the parent (the oracle), line for line once
   numba's per-process compile counters are taken out of the mangled names (and its declarations sorted). A
@@ -116,18 +116,34 @@ def _worker() -> int:
     if err:
         print(json.dumps({"skip": err}))
         return 0
-    import numba.cuda.codegen as _cg
-    from numba.core import sigutils
-
-    # the cache index keys entries by (CUDA runtime version, device cc), read from the current context: no driver
-    # here, so the fake device's cc and a fixed version (parent and workers agree, as on a GPU)
-    _cg.JITCUDACodegen.magic_tuple = lambda self: ((12, 0), (9, 0))
     import types as _types
 
+    import numba.cuda.api as _api
+    import numba.cuda.codegen as _cg
+    import numba.cuda.compiler as _comp
+    import numba.cuda.dispatcher as _disp
+    from numba.core import sigutils
     from numba.cuda.cudadrv import devices as _devices
 
-    _fake_ctx = _types.SimpleNamespace(device=tc._STATE["dev"])
-    _devices.get_context = lambda devnum=None: _fake_ctx  # the PTX's target cc (get_asm_str asks the context)
+    # No driver here: numba's context and device lookups answer with a fake device of cc 9.0 -- in this process
+    # only. In a forked worker they fail, as the driver's own calls fail in a child of a process that used CUDA
+    # (numba-cuda: "CUDA initialized before forking"); _precompile must not reach them there.
+    parent = os.getpid()
+    fake_ctx = _types.SimpleNamespace(device=tc._STATE["dev"]())
+
+    def here_only(v):
+        def lookup(*a, **kw):
+            if os.getpid() != parent:
+                raise RuntimeError("CUDA initialized before forking (the test's driver stand-in)")
+            return v
+        return lookup
+
+    _devices.get_context = here_only(fake_ctx)
+    _api.current_context = _devices.get_context
+    for m in (_api, _comp, _disp):
+        m.get_current_device = here_only(fake_ctx.device)
+    # the cache index keys entries by (CUDA runtime version, device cc): a fixed version, the context's cc
+    _cg.JITCUDACodegen.magic_tuple = lambda self: ((12, 0), _devices.get_context().device.compute_capability)
     from numba.cuda.dispatcher import CUDACache, _Kernel
 
     from tensorfold.kernels import _kcache, _precompile, activations, qgemv

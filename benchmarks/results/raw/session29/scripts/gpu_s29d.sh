@@ -23,7 +23,7 @@ echo "== warm w15 rc $? at $((SECONDS - t0)) s"; grep -h "load:\|ahead\|rror" "$
 pack
 (TENSORFOLD_COMPILE_WORKERS=0 TENSORFOLD_CACHE_DIR=/tmp/ck_w0 timeout 240 $L > "$R/load_w0.txt" 2>&1; \
  echo "== cold w0 rc $? at $((SECONDS - t0)) s") &
-TENSORFOLD_COMPILE_WORKERS=8 ptest runtime 280 tests/runtime/test_gpu_runtime.py &
+TENSORFOLD_COMPILE_WORKERS=8 ptest runtime 230 tests/runtime/test_gpu_runtime.py &
 wait
 grep -h "load:\|ahead\|rror" "$R/load_w0.txt"
 pack
