@@ -237,14 +237,18 @@ class Ahead:
 
 
 def _link_all(kernels, n: int) -> None:
-    """Link each kernel's cubin (``get_cubin`` for this device's cc) in ``n`` threads, each with this process's
-    device current; a failure leaves that kernel to link at its first launch, as usual."""
+    """Link each kernel's cubin in ``n`` threads, each with this process's device current; a failure leaves that
+    kernel to link at its first launch, as usual. The target is the one a launch asks for: numba's own choice of
+    cc for the current device (``(9, 0, "a")`` on an H200, the arch-specific sm_90a), asked here in this thread;
+    the cubin cache is keyed by it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from numba import cuda
 
-    dev = cuda.get_current_device()
-    cc, devnum = dev.compute_capability, dev.id
+    if not kernels:
+        return
+    devnum = cuda.get_current_device().id
+    cc = kernels[0]._codelibrary._ensure_cc(None)
 
     def link(k):
         try:

@@ -95,7 +95,8 @@ _AHEAD = textwrap.dedent("""
             run()
         a = _precompile.compile_ahead(rec, n=2)
         info = {"compiled": len(a.compiled), "missing": a.missing, "noted": len(rec),
-                "cubins": sum(bool(dd.overloads[at]._codelibrary._cubin_cache) for dd, at in a.compiled)}
+                "cubins": sum(lib._ensure_cc(None) in lib._cubin_cache  # linked for the target a launch asks for
+                              for lib in (dd.overloads[at]._codelibrary for dd, at in a.compiled))}
     run()
     np.savez(sys.argv[2], y=y.copy_to_host(), yq=yq.copy_to_host())
     print(json.dumps(info))
