@@ -4,12 +4,13 @@
   it held.
 - Recording: launches inside ``recording()`` are noted with numba's own argument typing and not made (a kernel
   that would write its output leaves it untouched).
-- The compile tier (a worker process without the simulator; numba's context and device lookups answer with a fake
-  device in the parent and fail in a forked child, as the driver does after a fork): a real hand-written kernel and a real generated ``qgemv`` kernel are compiled by two forked
-  workers into a fresh kernel cache (the parent compiles none); the parent loads each entry through numba's own
-  cache lookup, and the PTX it loads equals the PTX of the same kernel compiled serially in the parent (the oracle), line for line once
-  numba's per-process compile counters are taken out of the mangled names (and its declarations sorted). A
-  second pass (records of kernels not yet in memory: a fresh dispatcher's view) finds everything on disk.
+- The compile tier (a worker process without the simulator; numba's context and device lookups answer with a
+  fake device in the parent and fail in a forked child, as the driver does after a fork): a real hand-written
+  kernel and a real generated ``qgemv`` kernel are compiled by two forked workers into a fresh kernel cache (the
+  parent compiles none); the parent loads each entry through numba's own cache lookup, and the PTX it loads equals
+  the PTX of the same kernel compiled serially in the parent (the oracle), line for line once numba's per-process
+  compile counters are taken out of the mangled names (and its declarations sorted). A second pass (records of
+  kernels not yet in memory: a fresh dispatcher's view) finds everything on disk.
 """
 
 from __future__ import annotations
