@@ -437,6 +437,13 @@ def load_geometry(geom, root, streams, log, cold=False, ctx=4096):
         f"{tm['graphs']:.1f} s{' [cold page cache]' if cold else ''}")
     if be.graphs.ahead_info:
         log(f"[{geom}] compile ahead: {be.graphs.ahead_info}")
+    from tensorfold.kernels import _kcache
+
+    ks = _kcache.stats()
+    cs = be.graphs.capture_seconds
+    log(f"[{geom}] kernels: {ks['kernels']} in memory ({ks['dispatchers']} functions), disk cache {ks['cache_hits']} "
+        f"loaded / {ks['cache_misses']} compiled; graphs by bucket, first eager run + capture (s): "
+        + ", ".join(f"{b}: {e:.2f} + {c:.2f}" for b, (e, c) in sorted(cs.items())))
     be.close()
     del be
     return [("load", n, 0.0, total * 1e3, gb, 0.0)]

@@ -36,7 +36,8 @@ from numba import cuda
 
 from ._device import IS_SIM, pdl_trigger_mode
 
-__all__ = ["files_on", "cache_on", "cache_dir", "load_generated", "build", "jit", "kjit", "cacheable", "variant"]
+__all__ = ["files_on", "cache_on", "cache_dir", "load_generated", "build", "jit", "kjit", "cacheable", "variant",
+           "stats"]
 
 _G: dict = {}  # module key -> the globals its generated source runs with
 _DIGEST: list = []
@@ -186,16 +187,34 @@ def _cached_jit(fn, kw):
             m.CACHE_DIR = old
 
 
+_MADE: list = []  # every dispatcher jit() made (stats() reads their compile / cache counters)
+
+
 def jit(fn, **kw):
     """``cuda.jit(**kw)(fn)``, cached on disk in :func:`cache_dir` when :func:`cache_on` and :func:`cacheable`:
     hand-written kernels, and generated ones that :func:`build` imported from a module file (an ``exec``'d source has
     no file, so it compiles as usual)."""
+    d = None
     if cache_on() and cacheable(fn):
         try:
-            return _cached_jit(fn, kw)
+            d = _cached_jit(fn, kw)
         except Exception:  # noqa: BLE001 - no usable cache locator: compile as usual
-            pass
-    return cuda.jit(**kw)(fn)
+            d = None
+    if d is None:
+        d = cuda.jit(**kw)(fn)
+    _MADE.append(d)
+    return d
+
+
+def stats() -> dict:
+    """Over the dispatchers :func:`jit` made in this process: kernels in memory, and numba's disk-cache lookups that
+    hit (loaded) or missed (compiled here). For start-up reports; cheap (no compile, no driver call)."""
+    out = {"dispatchers": len(_MADE), "kernels": 0, "cache_hits": 0, "cache_misses": 0}
+    for d in _MADE:
+        out["kernels"] += len(getattr(d, "overloads", None) or {})
+        out["cache_hits"] += sum(getattr(d, "_cache_hits", {}).values())
+        out["cache_misses"] += sum(getattr(d, "_cache_misses", {}).values())
+    return out
 
 
 kjit = jit  # the name the hand-written kernels' modules use

@@ -36,6 +36,8 @@ except the capture itself.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from numba import cuda
 
@@ -80,6 +82,7 @@ class DecodeGraphs:
         self._core_stream = None
         self.capture_error = None
         self.ahead_info = None  # what kernels._precompile did at the first capture_all (text), if it ran
+        self.capture_seconds: dict = {}  # bucket -> (eager first run: compiles / loads, capture + upload) seconds
         # decode fast path (``fast_step``): metadata written in place (``Meta.write_step``,
         # ``SampleMeta.write_fast``), the ids copied back into a preallocated pinned buffer; False: the generic
         # batch builders (the same bytes, slower; kept for comparison and as the reference of the tests)
@@ -119,11 +122,14 @@ class DecodeGraphs:
         """Compile (eager run on padding rows) and capture the bucket-b step graph."""
         meta = self.metas[b]
         empty = _padding_batch(b)
+        t0 = time.perf_counter()
         meta.write(empty, stream=self.stream)
         self.run.sample_meta.write([], stream=self.stream)
         self._launch(b, self.stream)  # compiles every signature of this shape
         self.stream.synchronize()
+        t1 = time.perf_counter()
         self.graphs[b] = self._build(lambda st: self._launch(b, st))
+        self.capture_seconds[b] = (t1 - t0, time.perf_counter() - t1)
 
     # ---------------------------------------------------------------------------------------------- windows / trees
 

@@ -129,3 +129,19 @@ def test_variant_overrides_globals_only():
     v = _kcache.variant(kv8._qk_norm_rope_store, "probe_variant", QUANT=True)
     assert v.__code__ is kv8._qk_norm_rope_store.__code__ and v.__qualname__ == v.__name__ == "probe_variant"
     assert v.__globals__["QUANT"] is True and kv8.QUANT is False and v.__globals__["NT"] == kv8.NT
+
+
+def test_stats_counts_the_dispatchers_jit_made():
+    """``_kcache.stats`` (start-up reports): one more dispatcher for each ``jit``; its counters are sums that never
+    go negative (nothing is compiled in the simulator, so the cache counters may stay 0)."""
+    from tensorfold.kernels import _kcache
+
+    def _k(a):
+        a[0] = 1.0
+
+    s0 = _kcache.stats()
+    _kcache.jit(_k)
+    _kcache.jit(_k)
+    s1 = _kcache.stats()
+    assert s1["dispatchers"] == s0["dispatchers"] + 2
+    assert min(s1.values()) >= 0 and s1["kernels"] >= s0["kernels"]
