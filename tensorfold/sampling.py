@@ -16,9 +16,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-__all__ = ["SamplingParams", "derive_seed", "SEED_MASK"]
+__all__ = ["SamplingParams", "derive_seed", "SEED_MASK", "MAX_LOGPROBS"]
 
 SEED_MASK = (1 << 63) - 1  # seeds handed to the samplers lie in [0, 2**63)
+MAX_LOGPROBS = 20  # alternatives per token at most (OpenAI's top_logprobs bound)
 
 
 def derive_seed(prompt_ids: Sequence[int]) -> int:
@@ -104,6 +105,9 @@ class SamplingParams:
     ignore_eos     do not stop at the model's end-of-sequence ids.
     draft          allow speculative drafting (False: decode serially, the reference drafted output must equal);
                    the output is the same either way, only the speed differs.
+    logprobs       None: off; k in 0..MAX_LOGPROBS: report each sampled token's log-probability and the k most
+                   likely alternatives (of the model's distribution: log-softmax of the raw logits over the valid
+                   vocabulary, before temperature and the top-k / top-p / min-p filters, as vLLM reports them).
     """
 
     temperature: float = 1.0
@@ -116,6 +120,7 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default=())
     ignore_eos: bool = False
     draft: bool = True
+    logprobs: int | None = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -148,6 +153,11 @@ class SamplingParams:
             raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         if not isinstance(self.draft, bool):
             raise TypeError(f"draft must be a bool, got {self.draft!r}")
+        if self.logprobs is not None:
+            k = _int("logprobs", self.logprobs)
+            if not 0 <= k <= MAX_LOGPROBS:
+                raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}] (alternatives per token), got {k}")
+            set_("logprobs", k)
 
     @property
     def greedy(self) -> bool:

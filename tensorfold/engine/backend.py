@@ -17,6 +17,11 @@ A backend owns per-stream state in numbered slots (at most `max_slots` at once) 
   token (it completes a prompt), one without returns None. The default runs the jobs one by one; a GPU backend
   runs them as one forward. A stream's result never depends on the other jobs beside it.
 
+Log-probabilities: while the engine sets `keep_logits` (only around a call that samples for a request that asked
+for logprobs), a backend keeps the logits row of every token it draws, in the order it returns them (decode: one a
+slot; prefill_many: one a job with a row, in job order), and `take_logits()` hands them over. The defaults below
+do this; a backend that overrides the sampling calls must too, or set `supports_logprobs = False`.
+
 `SampleRow` carries one row's sampling inputs: the request's knobs, its seed, the absolute position of the token
 being sampled (the draw's counter), and `valid_vocab` (ids at or above it, embedding padding, are never drawn).
 """
@@ -99,14 +104,30 @@ class Backend(abc.ABC):
             raise ValueError(f"sample: logits shape {logits.shape} does not match {len(rows)} rows")
         return [host_sample(logits[i], r) for i, r in enumerate(rows)]
 
+    supports_logprobs: bool = True
+    keep_logits: bool = False  # set by the engine around calls whose drawn tokens need their logits
+
+    def _keep(self, logits) -> None:
+        """While `keep_logits`: note these rows (a [n, V] array or a list of [V] rows) as drawn-from, in order."""
+        if self.keep_logits:
+            kept = self.__dict__.setdefault("_kept_rows", [])
+            kept.extend(np.asarray(r, dtype=np.float32) for r in logits)
+
+    def take_logits(self) -> list:
+        """The logits rows kept since the last call (see the module docstring), and forget them."""
+        return self.__dict__.pop("_kept_rows", [])
+
     def prefill_sample(self, slot: int, ids: Sequence[int], start_pos: int, row: SampleRow) -> int:
         logits = self.prefill(slot, ids, start_pos, want_logits=True)
+        self._keep([logits])
         return self.sample(np.asarray(logits)[None, :], [row])[0]
 
     def decode_sample(self, slots: Sequence[int], ids: Sequence[int], rows: Sequence[SampleRow]) -> list[int]:
         if not slots:
             return []
-        return self.sample(self.decode(slots, ids), rows)
+        logits = self.decode(slots, ids)
+        self._keep(logits)
+        return self.sample(logits, rows)
 
     def prefill_many(self, jobs: Sequence[PrefillJob]) -> list[int | None]:
         """Each job's chunk in turn: its sampled token where it has a row, else None (see the module docstring)."""

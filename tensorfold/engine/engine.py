@@ -32,6 +32,7 @@ import numpy as np
 from tensorfold.config import EngineConfig
 from tensorfold.engine.backend import Backend, PrefillJob, SampleRow
 from tensorfold.engine.detokenizer import Detokenizer
+from tensorfold.engine.logprobs import token_entry
 from tensorfold.engine.scheduler import Scheduler
 from tensorfold.engine.sequence import Sequence, SeqStatus, StepOutput, token_sha
 from tensorfold.sampling import SamplingParams
@@ -254,6 +255,8 @@ class Engine:
         L = len(ids)
         if L >= self.context or (params.max_tokens is not None and L + params.max_tokens > self.context):
             raise ContextLengthError(self.context, L, params.max_tokens)
+        if params.logprobs is not None and not getattr(self.backend, "supports_logprobs", False):
+            raise ValueError(f"logprobs: the {self.backend.name} backend cannot report them")
         for t in params.stop_token_ids:
             if t >= self.backend.vocab_size:
                 raise ValueError(f"stop_token_ids: {t} is outside the vocabulary [0, {self.backend.vocab_size})")
@@ -322,10 +325,34 @@ class Engine:
             seq.slot = None
         self.scheduler.remove(seq)
 
-    def _append(self, seq: Sequence, tok: int, out: dict) -> None:
-        """Record a sampled token, stream its text, apply the finish rules."""
+    def _sample_keeping(self, want: bool, call):
+        """``call()`` (a backend sampling call) with the backend keeping its drawn-from logits rows when ``want``
+        (some request of the call asked for logprobs); returns (call's result, the rows or None)."""
+        if not want:
+            return call(), None
+        self.backend.keep_logits = True
+        try:
+            res = call()
+            return res, self.backend.take_logits()
+        finally:
+            self.backend.keep_logits = False
+
+    def _entry(self, seq: Sequence, rows, i: int, tok: int):
+        """The logprobs entry of seq's token drawn from ``rows[i]``, or None when seq did not ask for logprobs."""
+        k = seq.params.logprobs
+        if k is None:
+            return None
+        if rows is None or i >= len(rows):
+            raise RuntimeError(f"backend {self.backend.name} kept {0 if rows is None else len(rows)} logits rows, "
+                               f"row {i} needed for logprobs")
+        return token_entry(rows[i], tok, k, self.valid_vocab)
+
+    def _append(self, seq: Sequence, tok: int, out: dict, entry=None) -> None:
+        """Record a sampled token (and its logprobs entry), stream its text, apply the finish rules."""
         tok = int(tok)
         seq.output_ids.append(tok)
+        if entry is not None:
+            seq.logprobs.append(entry)
         if seq.first_token_time is None:
             seq.first_token_time = time.monotonic()
         o = out.setdefault(seq.request_id, [seq, [], ""])
@@ -354,22 +381,28 @@ class Engine:
         prompt_done = 0
         if plan.decode:
             seqs = plan.decode
-            toks = self.backend.decode_sample([s.slot for s in seqs], [s.output_ids[-1] for s in seqs],
-                                              [self._row(s) for s in seqs])
-            for seq, tok in zip(seqs, toks):
-                self._append(seq, tok, out)
+            toks, kept = self._sample_keeping(
+                any(s.params.logprobs is not None for s in seqs),
+                lambda: self.backend.decode_sample([s.slot for s in seqs], [s.output_ids[-1] for s in seqs],
+                                                   [self._row(s) for s in seqs]))
+            for i, (seq, tok) in enumerate(zip(seqs, toks)):
+                self._append(seq, tok, out, self._entry(seq, kept, i, tok))
         jobs = [PrefillJob(ch.seq.slot, ch.seq.prompt_ids[ch.start:ch.end], ch.start,
                            self._row(ch.seq) if ch.last else None) for ch in plan.prefill]
-        toks = self.backend.prefill_many(jobs) if jobs else []
+        toks, kept = self._sample_keeping(
+            any(ch.last and ch.seq.params.logprobs is not None for ch in plan.prefill),
+            lambda: self.backend.prefill_many(jobs) if jobs else [])
         if len(toks) != len(jobs):
             raise RuntimeError(f"backend prefill_many returned {len(toks)} results for {len(jobs)} chunks")
+        drawn = 0  # kept rows are one a job with a row, in job order
         for ch, tok in zip(plan.prefill, toks):
             seq = ch.seq
             seq.num_prefilled = ch.end
             prompt_done += ch.end - ch.start
             if ch.last:
                 seq.status = SeqStatus.DECODE
-                self._append(seq, tok, out)
+                self._append(seq, tok, out, self._entry(seq, kept, drawn, tok))
+                drawn += 1
         return prompt_done
 
     def _fail_running(self, out: dict) -> None:
@@ -415,8 +448,11 @@ class Engine:
         finished_ids = []
         for rid, (seq, new, text) in out.items():
             generated += len(new)
+            lps = None
+            if seq.params.logprobs is not None:
+                lps = seq.logprobs[len(seq.logprobs) - len(new):] if new else []
             results.append(StepOutput(rid, new, seq.finished, seq.finish_reason, seq.prompt_len,
-                                      len(seq.output_ids), text, seq.stop_reason))
+                                      len(seq.output_ids), text, seq.stop_reason, lps))
             if seq.finished:
                 finished_ids.append(rid)
         held = sum(s.num_prefilled + len(s.output_ids) for s in self.scheduler.running)

@@ -46,6 +46,8 @@ class StepOutput:
     completion_tokens: int
     text: str = ""
     stop_reason: int | str | None = None  # the stop token id or stop string that finished it
+    # with SamplingParams.logprobs: one (token, logprob, [(id, logprob)] * k) a new token (engine.logprobs)
+    logprobs: list | None = None
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Sequence:
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
     finish_time: float | None = None
+    logprobs: list = field(default_factory=list)  # one entry an output token when params.logprobs is set
 
     @property
     def prompt_len(self) -> int:

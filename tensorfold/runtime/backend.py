@@ -149,8 +149,10 @@ class CudaBackend(Backend):
             last = k + self.prompt_rows >= len(ids)
             b = F.prompt_batch([(slot, chunk, pos)])
             if last and sample_row is not None:
-                _, tok = self.runner.forward(b, logits=False, sample_rows=[sample_row], stream=self.stream,
-                                             valid_vocab=sample_row.valid_vocab)
+                lg, tok = self.runner.forward(b, logits=self.keep_logits, sample_rows=[sample_row],
+                                              stream=self.stream, valid_vocab=sample_row.valid_vocab)
+                if self.keep_logits:
+                    self._keep(lg[:1])
                 out = int(tok[0])
             else:
                 lg, _ = self.runner.forward(b, logits=last and want_logits, stream=self.stream)
@@ -222,6 +224,8 @@ class CudaBackend(Backend):
         if not isinstance(rows, (list, tuple)):
             rows = list(rows)
         out = self.graphs.step_list(slots, ids, lens, rows)
+        if self.keep_logits:  # the rows the device sampler drew from (a copy only when a request asked)
+            self._keep(self.graphs.logits(len(slots)))
         for s in slots:
             ln[s] += 1
         return out

@@ -69,7 +69,10 @@ def prefill_many(be, jobs: Sequence[PrefillJob]) -> list[int | None]:
             j = jobs[i]
             rows.append(j.row if j.row is not None else
                         SampleRow(0.0, 0, 1.0, 0.0, 0, j.start_pos + len(j.ids), vv))
-        _, tok = be.runner.forward(batch, logits=False, sample_rows=rows, stream=be.stream, valid_vocab=vv)
+        lg, tok = be.runner.forward(batch, logits=be.keep_logits, sample_rows=rows, stream=be.stream,
+                                    valid_vocab=vv)
+        if be.keep_logits:  # the drawn-from rows of the jobs that end a prompt, in job order
+            be._keep([lg[k] for k, i in enumerate(g) if jobs[i].row is not None])
         for k, i in enumerate(g):
             j = jobs[i]
             be._lens[j.slot] = j.start_pos + len(j.ids)

@@ -255,6 +255,7 @@ class Server:
         tkw = P.check_template_kwargs(body)
         P.check_unsupported(body, "chat")
         fields = P.sampling_fields(body, d)
+        fields["logprobs"] = P.check_logprobs(body, "chat")
         ids, opens = await self._in_thread(self._render_chat, messages, tkw)
         req = P.finish_request("chat", model, ids, fields, d, prompt_opens_think=opens)
         return await self._generate(request, req)
@@ -267,6 +268,7 @@ class Server:
         prompt = P.check_prompt(body, d.vocab_size)
         P.check_unsupported(body, "completion")
         fields = P.sampling_fields(body, d)
+        fields["logprobs"] = P.check_logprobs(body, "completion")
         if isinstance(prompt, str):
             ids = list(await self._in_thread(self.tokenizer.encode, prompt))
         else:
@@ -315,7 +317,8 @@ class Server:
                 return item
 
     async def _events(self, request: web.Request, req: P.GenRequest, h: Handle):
-        """Yields ("text", str) deltas, then ("end", info dict).
+        """Yields ("text", str) deltas, then ("end", info dict). With logprobs asked, a batch's entries come first as
+        ("lp", list), then its ("text", delta), which may then be "" (text held back or none).
 
         The engine's StepOutput.text (its detokenizer applies the stop strings) is used when it has one;
         otherwise the text is decoded and stop strings are matched here."""
@@ -338,6 +341,7 @@ class Server:
                 batch.append(h.items.popleft())
             now = time.perf_counter()
             pending: list[str] = []
+            lp_batch: list = []
             timed = False
             for item in batch:
                 if finish is not None:
@@ -351,6 +355,9 @@ class Server:
                 accepted += int(getattr(item, "accepted", 0) or 0)
                 if getattr(item, "prompt_tokens", None):
                     prompt_tokens = int(item.prompt_tokens)
+                lps = getattr(item, "logprobs", None)
+                if lps:
+                    lp_batch.extend(lps)
                 if new:
                     if t_first is None:
                         t_first = now
@@ -383,7 +390,9 @@ class Server:
                         finish = "stop"
                     pending.append(tail + stops.flush())
             delta = "".join(pending)
-            if delta:
+            if lp_batch:
+                yield "lp", lp_batch
+            if delta or lp_batch:
                 yield "text", delta
         t_end = time.perf_counter()
         ttft = None if t_first is None else t_first - h.t_arrival
@@ -407,11 +416,14 @@ class Server:
 
     async def _whole(self, request: web.Request, req: P.GenRequest, h: Handle) -> web.Response:
         parts: list[str] = []
+        entries: list = []
         end = None
         try:
             async for kind, val in self._events(request, req, h):
                 if kind == "text":
                     parts.append(val)
+                elif kind == "lp":
+                    entries.extend(val)
                 else:
                     end = val
         except EngineFault as e:
@@ -424,8 +436,11 @@ class Server:
             r, c = sp.feed(text)
             r2, c2 = sp.flush()
             reasoning = (r + r2) if sp.saw_reasoning else None
-            return json_response(P.chat_response(req, c + c2, reasoning, end["finish"], end["usage"], end["engine"]))
-        return json_response(P.completion_response(req, text, end["finish"], end["usage"], end["engine"]))
+            lp = P.chat_logprobs(entries, self.tokenizer) if req.logprobs is not None else None
+            return json_response(P.chat_response(req, c + c2, reasoning, end["finish"], end["usage"], end["engine"],
+                                                 lp))
+        lp = P.completion_logprobs(entries, self.tokenizer) if req.logprobs is not None else None
+        return json_response(P.completion_response(req, text, end["finish"], end["usage"], end["engine"], lp))
 
     async def _stream(self, request: web.Request, req: P.GenRequest, h: Handle) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8",
@@ -433,11 +448,14 @@ class Server:
         await resp.prepare(request)
         chat = req.kind == "chat"
         sp = P.ReasoningSplitter(req.prompt_opens_think) if chat else None
-        cw = P.ChunkWriter(req)
+        cw = P.ChunkWriter(req) if req.logprobs is None else _LogprobChunks(req, self.tokenizer)
         try:
             if chat:
                 await resp.write(P.sse(P.chat_chunk(req, {"role": "assistant", "content": ""})))
             async for kind, val in self._events(request, req, h):
+                if kind == "lp":
+                    cw.entries(val)
+                    continue
                 if kind == "text":
                     if chat:
                         r, c = sp.feed(val)
@@ -445,8 +463,10 @@ class Server:
                             await resp.write(cw.reasoning(r))
                         if c:
                             await resp.write(cw.content(c))
-                    else:
+                    elif val:
                         await resp.write(cw.content(val))
+                    if req.logprobs is not None:
+                        await resp.write(cw.rest())
                     continue
                 if chat:
                     r, c = sp.flush()
@@ -597,3 +617,40 @@ async def _drain(request: web.Request, limit: int = 64 * 1024 * 1024, timeout: f
             seen += len(chunk)
     except (asyncio.TimeoutError, ConnectionError):
         pass
+
+
+class _LogprobChunks:
+    """The streaming frames of a request with logprobs (``P.ChunkWriter``'s slower twin): a batch's logprob entries
+    (``entries``) ride on the first content or reasoning chunk written after them; ``rest`` writes a chunk with
+    empty text for entries whose text was held back (a partial character, a possible stop string)."""
+
+    def __init__(self, req: P.GenRequest, tok):
+        self.req, self.tok = req, tok
+        self.chat = req.kind == "chat"
+        self._lp: list = []
+        self._offset = 0
+
+    def entries(self, lps) -> None:
+        self._lp.extend(lps)
+
+    def _frame(self, key: str, text: str) -> bytes:
+        lp = None
+        if self._lp:
+            if self.chat:
+                lp = P.chat_logprobs(self._lp, self.tok)
+            else:
+                lp = P.completion_logprobs(self._lp, self.tok, self._offset)
+                self._offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
+            self._lp = []
+        obj = P.chat_chunk(self.req, {key: text}) if self.chat else P.completion_chunk(self.req, text)
+        obj["choices"][0]["logprobs"] = lp
+        return P.sse(obj)
+
+    def content(self, text: str) -> bytes:
+        return self._frame("content", text)
+
+    def reasoning(self, text: str) -> bytes:
+        return self._frame("reasoning_content", text)
+
+    def rest(self) -> bytes:
+        return self._frame("content", "") if self._lp else b""

@@ -17,6 +17,8 @@ import time
 import uuid
 from typing import Any
 
+from tensorfold.sampling import MAX_LOGPROBS
+
 # ----------------------------------------------------------------------------------------------------------
 # errors
 
@@ -160,6 +162,7 @@ class GenRequest:
     ignore_eos: bool
     draft: bool
     prompt_opens_think: bool = False   # the rendered chat prompt ends inside <think>
+    logprobs: int | None = None        # alternatives a token's logprobs entry lists; None: no logprobs
 
 
 MAX_STOPS = 16
@@ -258,19 +261,6 @@ def check_unsupported(body: dict, kind: str) -> None:
     best_of = get_number(body, "best_of", 1, integer=True)
     if best_of != 1:
         raise bad(f"'best_of' must be 1, got {best_of}", "best_of")
-    if kind == "chat":
-        lp = body.get("logprobs", None)
-        if lp is not None and not isinstance(lp, bool):
-            raise bad(f"'logprobs' must be a boolean, not {_json_type(lp)}", "logprobs")
-        if lp:
-            raise bad("'logprobs' is not supported by this server", "logprobs", code="not_supported")
-    else:
-        lp = get_number(body, "logprobs", None, lo=0, integer=True)
-        if lp:
-            raise bad("'logprobs' is not supported by this server", "logprobs", code="not_supported")
-    tl = get_number(body, "top_logprobs", None, lo=0, hi=20, integer=True)
-    if tl:
-        raise bad("'top_logprobs' is not supported by this server", "top_logprobs", code="not_supported")
     for name in ("presence_penalty", "frequency_penalty"):
         v = get_number(body, name, 0.0, lo=-2.0, hi=2.0)
         if v != 0:
@@ -291,6 +281,24 @@ def check_unsupported(body: dict, kind: str) -> None:
                   code="not_supported")
     if body.get("logit_bias"):
         raise bad("'logit_bias' is not supported by this server", "logit_bias", code="not_supported")
+
+
+def check_logprobs(body: dict, kind: str) -> int | None:
+    """How many alternatives a token's logprobs entry lists, or None for no logprobs. Chat: ``logprobs`` (bool) and
+    ``top_logprobs`` (0-20, only with ``logprobs: true``); completions: ``logprobs`` (0-20, OpenAI's own limit is 5,
+    vLLM's 20)."""
+    if kind == "chat":
+        lp = body.get("logprobs", None)
+        if lp is not None and not isinstance(lp, bool):
+            raise bad(f"'logprobs' must be a boolean, not {_json_type(lp)}", "logprobs")
+        tl = get_number(body, "top_logprobs", None, lo=0, hi=MAX_LOGPROBS, integer=True)
+        if tl is not None and not lp:
+            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return (tl or 0) if lp else None
+    if body.get("top_logprobs", None) is not None:
+        raise bad("'top_logprobs' is a chat field; completions take 'logprobs': <number of alternatives>",
+                  "top_logprobs")
+    return get_number(body, "logprobs", None, lo=0, hi=MAX_LOGPROBS, integer=True)
 
 
 def check_stop(body: dict) -> list[str]:
@@ -414,7 +422,7 @@ def finish_request(kind: str, model: str, prompt_ids: list[int], f: dict, defaul
                       min_p=f["min_p"], seed=seed, seed_given=seed_given, stop=f["stop"],
                       stop_token_ids=f["stop_token_ids"], stream=f["stream"],
                       include_usage=f["include_usage"], ignore_eos=f["ignore_eos"], draft=f["draft"],
-                      prompt_opens_think=prompt_opens_think)
+                      prompt_opens_think=prompt_opens_think, logprobs=f.get("logprobs"))
 
 
 def make_sampling_params(req: GenRequest):
@@ -424,13 +432,59 @@ def make_sampling_params(req: GenRequest):
     want = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
             "seed": req.seed if req.seed_given else None, "max_tokens": req.max_tokens,
             "ignore_eos": req.ignore_eos, "draft": req.draft, "stop": tuple(req.stop),
-            "stop_token_ids": tuple(req.stop_token_ids)}
+            "stop_token_ids": tuple(req.stop_token_ids), "logprobs": req.logprobs}
     if dataclasses.is_dataclass(SamplingParams):
         names = {f.name for f in dataclasses.fields(SamplingParams)}
     else:
         import inspect
         names = set(inspect.signature(SamplingParams).parameters)
+    if req.logprobs is not None and "logprobs" not in names:
+        raise bad("'logprobs' is not supported by this engine", "logprobs", code="not_supported")
     return SamplingParams(**{k: v for k, v in want.items() if k in names})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# logprobs: the engine's entries (token id, logprob, [(id, logprob)] * k) in OpenAI's two shapes
+
+def _token_piece(tok, tid: int) -> tuple[str, list[int]]:
+    """A token's text and its bytes (the tokenizer's own bytes where it has them: a token may hold part of a
+    character, whose text is then U+FFFD)."""
+    tb = getattr(tok, "token_bytes", None)
+    if tb is not None:
+        try:
+            b = bytes(tb(int(tid)))
+            return b.decode("utf-8", errors="replace"), list(b)
+        except Exception:  # noqa: BLE001 -- an id the tokenizer does not know: its decoded text
+            pass
+    t = tok.decode([int(tid)])
+    return t, list(t.encode("utf-8"))
+
+
+def chat_logprobs(entries, tok) -> dict:
+    """``{"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": None}``."""
+    content = []
+    for tid, lp, top in entries:
+        t, b = _token_piece(tok, tid)
+        alts = []
+        for aid, alp in top:
+            at, ab = _token_piece(tok, aid)
+            alts.append({"token": at, "logprob": alp, "bytes": ab})
+        content.append({"token": t, "logprob": lp, "bytes": b, "top_logprobs": alts})
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(entries, tok, offset: int = 0) -> dict:
+    """``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}`` (legacy completions); ``offset``: where the
+    first token's text starts in the completion (a stream's earlier chunks)."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for tid, lp, top in entries:
+        t, _ = _token_piece(tok, tid)
+        out["tokens"].append(t)
+        out["token_logprobs"].append(lp)
+        out["top_logprobs"].append({_token_piece(tok, aid)[0]: alp for aid, alp in top})
+        out["text_offset"].append(offset)
+        offset += len(t)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -582,18 +636,19 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 
 def chat_response(req: GenRequest, content: str, reasoning: str | None, finish_reason: str, use: dict,
-                  engine_block: dict) -> dict:
+                  engine_block: dict, logprobs: dict | None = None) -> dict:
     msg = {"role": "assistant", "content": content}
     if reasoning is not None:
         msg["reasoning_content"] = reasoning
     return {"id": req.id, "object": "chat.completion", "created": req.created, "model": req.model,
-            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "message": msg, "logprobs": logprobs, "finish_reason": finish_reason}],
             "usage": use, "engine": engine_block}
 
 
-def completion_response(req: GenRequest, text: str, finish_reason: str, use: dict, engine_block: dict) -> dict:
+def completion_response(req: GenRequest, text: str, finish_reason: str, use: dict, engine_block: dict,
+                        logprobs: dict | None = None) -> dict:
     return {"id": req.id, "object": "text_completion", "created": req.created, "model": req.model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
             "usage": use, "engine": engine_block}
 
 

@@ -53,3 +53,36 @@ def test_backend_greedy_and_sampled(micro):
     dev.write([be2_row])
     dev.launch(be.runner.buf.logits[:1], be.runner.buf.tok[:1], 512)
     assert int(be.runner.buf.tok[:1].copy_to_host()[0]) == host
+
+
+def test_backend_keeps_drawn_from_logits(micro):
+    """``keep_logits`` (what engine logprobs use): the rows kept by ``prefill_sample``, by a packed
+    ``prefill_many`` (two prompts ending in one forward, plus a chunk that ends none) and by ``decode_sample``
+    are the logits each drawn token came from, in order -- checked against the numpy reference (2e-4, as above);
+    with the flag off nothing is kept."""
+    from tensorfold.engine.backend import PrefillJob
+
+    rng = np.random.default_rng()
+    be = CudaBackend(micro.tensors, micro.config, parallel=3, context=16, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    ref = ReferenceModel(micro.tensors, micro.config, kv_cache="bf16")
+    P, Q, S = ([int(t) for t in rng.integers(0, 512, n)] for n in (3, 2, 4))
+    a, b, c = be.new_slot(), be.new_slot(), be.new_slot()
+    sa, sb, sc = ref.new_state(), ref.new_state(), ref.new_state()
+    be.keep_logits = True
+    ta = be.prefill_sample(a, P, 0, _row(len(P)))
+    (ka,) = be.take_logits()
+    np.testing.assert_allclose(ka, ref.prompt(sa, P)[-1], rtol=2e-4, atol=2e-4)
+    toks = be.prefill_many([PrefillJob(b, Q, 0, _row(len(Q))), PrefillJob(c, S[:2], 0, None)])
+    kept = be.take_logits()
+    assert toks[1] is None and len(kept) == 1  # one row a job that ends its prompt
+    np.testing.assert_allclose(kept[0], ref.prompt(sb, Q)[-1], rtol=2e-4, atol=2e-4)
+    ref.prompt(sc, S[:2])
+    out = be.decode_sample([a, b], [ta, toks[0]], [_row(len(P) + 1), _row(len(Q) + 1)])
+    kept = be.take_logits()
+    assert len(kept) == 2 and len(out) == 2
+    np.testing.assert_allclose(kept[0], ref.step(sa, ta), rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(kept[1], ref.step(sb, toks[0]), rtol=2e-4, atol=2e-4)
+    be.keep_logits = False
+    be.decode_sample([a], [out[0]], [_row(len(P) + 2)])
+    assert be.take_logits() == []

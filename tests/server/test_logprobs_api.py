@@ -1,0 +1,137 @@
+"""logprobs over HTTP (`/v1/completions` `logprobs: k`, `/v1/chat/completions` `logprobs` + `top_logprobs`), whole
+and streamed, on the shared server (embedded default model, cpu backend).
+
+Oracle: the default model's ReferenceModel run here over the prompt ids (from /tokenize, one prompt forward), then
+stepped with greedy argmax (no engine or server code), its rows turned into log-softmax in float64 over the valid
+vocabulary; the token strings come from the tokenizer's own bytes of the oracle's ids. Tolerance 1e-3 on
+log-probabilities: the engine prefills the prompt in chunks, so its float32 logits differ from the oracle's in the
+last bits (2.5e-4 seen).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import requests
+
+WORDS = "the quick brown fox jumps over lazy dog river capital numbers answer small keys values".split()
+CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    from tensorfold.engine.engine import default_model_path
+    from tensorfold.model.checkpoint import load_checkpoint
+    from tensorfold.reference.model import ReferenceModel
+    from tensorfold.tokenizer import Tokenizer
+
+    d = default_model_path()
+    ck = load_checkpoint(d)
+    ref = ReferenceModel(ck, ck.config, kv_cache="bf16")  # the cpu backend's cache (Engine.from_model's default)
+    tok = Tokenizer.from_dir(d)
+    return ref, tok, min(tok.vocab_size, ref.config.vocab_size)
+
+
+def _greedy(oracle, ids, n):
+    """(ids, log-softmax rows) of n greedy steps after the prompt ``ids``."""
+    ref, _, valid = oracle
+    st = ref.new_state()
+    lg = ref.prompt(st, list(ids))[-1]
+    out, rows = [], []
+    for _ in range(n):
+        x = np.asarray(lg, np.float64)[:valid]
+        ls = x - (x.max() + np.log(np.exp(x - x.max()).sum()))
+        t = int(np.argmax(ls))
+        out.append(t)
+        rows.append(ls)
+        lg = ref.step(st, t)
+    return out, rows
+
+
+def _piece(tok, t):
+    return bytes(tok.token_bytes(t)).decode("utf-8", errors="replace")
+
+
+def _prompt(served, **kw):
+    return requests.post(served.url + "/tokenize", json=kw).json()["tokens"]
+
+
+def _sse(r):
+    out = []
+    for ln in r.iter_lines():
+        if ln.startswith(b"data: ") and ln != b"data: [DONE]":
+            out.append(json.loads(ln[6:]))
+    return out
+
+
+def test_completion_logprobs_match_the_reference(served, oracle):
+    rng = random.Random()
+    text = " ".join(rng.choice(WORDS) for _ in range(6))
+    k, n = 3, 5
+    body = {"prompt": text, "max_tokens": n, "temperature": 0, "ignore_eos": True, "logprobs": k}
+    r = requests.post(served.url + CMPL, json=body)
+    assert r.status_code == 200, r.text
+    ch = r.json()["choices"][0]
+    lp = ch["logprobs"]
+    ids, rows = _greedy(oracle, _prompt(served, prompt=text), n)
+    _, tok, _ = oracle
+    assert lp["tokens"] == [_piece(tok, t) for t in ids]
+    assert np.allclose(lp["token_logprobs"], [row[t] for row, t in zip(rows, ids)], atol=1e-3)
+    for row, top, t in zip(rows, lp["top_logprobs"], ids):
+        best = np.argsort(-row, kind="stable")[:k]
+        assert len(top) <= k and list(top)[0] == _piece(tok, t)  # greedy: the drawn token is the first
+        assert np.allclose(sorted(top.values(), reverse=True), row[best][: len(top)], atol=1e-3)
+    assert lp["text_offset"] == list(np.cumsum([0] + [len(p) for p in lp["tokens"]])[:-1])
+    assert ch["text"] == "".join(lp["tokens"])  # no special tokens among random words' continuations here
+
+    # streamed: the same entries, split over chunks, offsets running on
+    chunks = _sse(requests.post(served.url + CMPL, json={**body, "stream": True}, stream=True))
+    got = [c["choices"][0]["logprobs"] for c in chunks if c.get("choices") and c["choices"][0]["logprobs"]]
+    cat = {key: sum((g[key] for g in got), []) for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    assert cat == lp
+
+
+def test_chat_logprobs_whole_and_streamed(served, oracle):
+    rng = random.Random()
+    msgs = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(5))}]
+    kw = {"chat_template_kwargs": {"enable_thinking": False}}
+    body = {"messages": msgs, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "logprobs": True,
+            "top_logprobs": 2, **kw}
+    r = requests.post(served.url + CHAT, json=body)
+    assert r.status_code == 200, r.text
+    whole = r.json()
+    content = whole["choices"][0]["logprobs"]["content"]
+    ids, rows = _greedy(oracle, _prompt(served, messages=msgs, **kw), 4)
+    _, tok, _ = oracle
+    assert len(content) == whole["usage"]["completion_tokens"] == 4
+    for e, t, row in zip(content, ids, rows):
+        assert e["token"] == _piece(tok, t) and bytes(e["bytes"]) == bytes(tok.token_bytes(t))
+        assert abs(e["logprob"] - row[t]) <= 1e-3
+        assert len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"]
+        assert np.allclose([a["logprob"] for a in e["top_logprobs"]], np.sort(row)[::-1][:2], atol=1e-3)
+    chunks = _sse(requests.post(served.url + CHAT, json={**body, "stream": True}, stream=True))
+    streamed = sum((c["choices"][0]["logprobs"]["content"] for c in chunks
+                    if c.get("choices") and c["choices"][0].get("logprobs")), [])
+    assert streamed == content
+    # without logprobs the field stays null, and the tokens are the same
+    plain = requests.post(served.url + CHAT, json={k: v for k, v in body.items()
+                                                   if k not in ("logprobs", "top_logprobs")}).json()
+    assert plain["choices"][0]["logprobs"] is None
+    assert plain["engine"]["token_sha"] == whole["engine"]["token_sha"]
+
+
+@pytest.mark.parametrize("path,fields,param", [
+    (CHAT, {"top_logprobs": 2}, "top_logprobs"),
+    (CHAT, {"logprobs": "yes"}, "logprobs"),
+    (CMPL, {"logprobs": 21}, "logprobs"),
+    (CMPL, {"logprobs": True}, "logprobs"),
+    (CMPL, {"top_logprobs": 2}, "top_logprobs"),
+])
+def test_logprobs_bad_fields(served, path, fields, param):
+    base = {"messages": [{"role": "user", "content": "hi"}]} if path == CHAT else {"prompt": "hi"}
+    r = requests.post(served.url + path, json={**base, "max_tokens": 2, **fields})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
