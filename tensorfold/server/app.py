@@ -274,6 +274,8 @@ class Server:
         else:
             ids = prompt
         req = P.finish_request("completion", model, ids, fields, d)
+        if body.get("echo"):  # the prompt as given, or the text of its ids
+            req.echo = prompt if isinstance(prompt, str) else await self._in_thread(self.tokenizer.decode, ids)
         return await self._generate(request, req)
 
     async def _generate(self, request: web.Request, req: P.GenRequest):
@@ -440,6 +442,7 @@ class Server:
             return json_response(P.chat_response(req, c + c2, reasoning, end["finish"], end["usage"], end["engine"],
                                                  lp))
         lp = P.completion_logprobs(entries, self.tokenizer) if req.logprobs is not None else None
+        text = (req.echo or "") + text
         return json_response(P.completion_response(req, text, end["finish"], end["usage"], end["engine"], lp))
 
     async def _stream(self, request: web.Request, req: P.GenRequest, h: Handle) -> web.StreamResponse:
@@ -452,6 +455,8 @@ class Server:
         try:
             if chat:
                 await resp.write(P.sse(P.chat_chunk(req, {"role": "assistant", "content": ""})))
+            elif req.echo:
+                await resp.write(P.sse(P.completion_chunk(req, req.echo)))
             async for kind, val in self._events(request, req, h):
                 if kind == "lp":
                     cw.entries(val)

@@ -163,6 +163,7 @@ class GenRequest:
     draft: bool
     prompt_opens_think: bool = False   # the rendered chat prompt ends inside <think>
     logprobs: int | None = None        # alternatives a token's logprobs entry lists; None: no logprobs
+    echo: str | None = None            # completions with echo: the prompt's text, returned before the completion
 
 
 MAX_STOPS = 16
@@ -271,8 +272,14 @@ def check_unsupported(body: dict, kind: str) -> None:
                   code="not_supported")
     if body.get("suffix"):
         raise bad("'suffix' is not supported by this server", "suffix", code="not_supported")
-    if body.get("echo"):
-        raise bad("'echo' is not supported by this server", "echo", code="not_supported")
+    echo = body.get("echo", None)
+    if echo is not None and not isinstance(echo, bool):
+        raise bad(f"'echo' must be a boolean, not {_json_type(echo)}", "echo")
+    if echo and kind == "chat":
+        raise bad("'echo' is a completions field", "echo")
+    if echo and body.get("logprobs", None) is not None:
+        raise bad("'echo' with 'logprobs' (the prompt's log-probabilities) is not supported by this server", "echo",
+                  code="not_supported")
     if body.get("tools"):
         raise bad("'tools' is not supported by this server", "tools", code="not_supported")
     rf = body.get("response_format", None)

@@ -135,3 +135,24 @@ def test_logprobs_bad_fields(served, path, fields, param):
     r = requests.post(served.url + path, json={**base, "max_tokens": 2, **fields})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_completion_echo_whole_and_streamed(served):
+    """``echo``: the prompt's text comes first (a string prompt as sent; token ids as their text), then the same
+    completion as without echo; with logprobs it is refused (prompt log-probabilities are not computed)."""
+    rng = random.Random()
+    text = " ".join(rng.choice(WORDS) for _ in range(5))
+    body = {"prompt": text, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    plain = requests.post(served.url + CMPL, json=body).json()["choices"][0]["text"]
+    r = requests.post(served.url + CMPL, json={**body, "echo": True}).json()
+    assert r["choices"][0]["text"] == text + plain
+    ids = _prompt(served, prompt=text)
+    r2 = requests.post(served.url + CMPL, json={**body, "prompt": ids, "echo": True}).json()
+    det = requests.post(served.url + "/detokenize", json={"tokens": ids}).json()["prompt"]
+    assert r2["choices"][0]["text"] == det + plain
+    chunks = _sse(requests.post(served.url + CMPL, json={**body, "echo": True, "stream": True}, stream=True))
+    assert "".join(c["choices"][0]["text"] for c in chunks if c.get("choices")) == text + plain
+    bad = requests.post(served.url + CMPL, json={**body, "echo": True, "logprobs": 1})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "echo"
+    bad = requests.post(served.url + CHAT, json={"messages": [{"role": "user", "content": "x"}], "echo": True})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "echo"
