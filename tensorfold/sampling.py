@@ -108,6 +108,8 @@ class SamplingParams:
     logprobs       None: off; k in 0..MAX_LOGPROBS: report each sampled token's log-probability and the k most
                    likely alternatives (of the model's distribution: log-softmax of the raw logits over the valid
                    vocabulary, before temperature and the top-k / top-p / min-p filters, as vLLM reports them).
+    prompt_logprobs None: off; k in 0..MAX_LOGPROBS: the same for every prompt token after the first (scoring a
+                   text); with it, max_tokens may be 0 (score only, generate nothing).
     """
 
     temperature: float = 1.0
@@ -121,6 +123,7 @@ class SamplingParams:
     ignore_eos: bool = False
     draft: bool = True
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -142,10 +145,17 @@ class SamplingParams:
         set_("min_p", m)
         if self.seed is not None:
             set_("seed", _int("seed", self.seed))
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None:
+                k = _int(name, v)
+                if not 0 <= k <= MAX_LOGPROBS:
+                    raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}] (alternatives per token), got {k}")
+                set_(name, k)
         if self.max_tokens is not None:
             n = _int("max_tokens", self.max_tokens)
-            if n < 1:
-                raise ValueError(f"max_tokens must be >= 1, got {n}")
+            if n < (0 if self.prompt_logprobs is not None else 1):
+                raise ValueError(f"max_tokens must be >= 1 (0 only with prompt_logprobs), got {n}")
             set_("max_tokens", n)
         set_("stop_token_ids", _int_tuple("stop_token_ids", self.stop_token_ids))
         set_("stop", _str_tuple("stop", self.stop))
@@ -153,11 +163,18 @@ class SamplingParams:
             raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         if not isinstance(self.draft, bool):
             raise TypeError(f"draft must be a bool, got {self.draft!r}")
-        if self.logprobs is not None:
-            k = _int("logprobs", self.logprobs)
-            if not 0 <= k <= MAX_LOGPROBS:
-                raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}] (alternatives per token), got {k}")
-            set_("logprobs", k)
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None:
+                k = _int(name, v)
+                if not 0 <= k <= MAX_LOGPROBS:
+                    raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}] (alternatives per token), got {k}")
+                set_(name, k)
+        if self.max_tokens is not None:
+            n = _int("max_tokens", self.max_tokens)
+            if n < (0 if self.prompt_logprobs is not None else 1):
+                raise ValueError(f"max_tokens must be >= 1 (0 only with prompt_logprobs), got {n}")
+            set_("max_tokens", n)
 
     @property
     def greedy(self) -> bool:

@@ -107,6 +107,15 @@ class Backend(abc.ABC):
     supports_logprobs: bool = True
     keep_logits: bool = False  # set by the engine around calls whose drawn tokens need their logits
 
+    @property
+    def supports_prompt_logprobs(self) -> bool:
+        return type(self).prefill_rows is not Backend.prefill_rows
+
+    def prefill_rows(self, slot: int, ids: Sequence[int], start_pos: int) -> np.ndarray:
+        """Feed prompt tokens like `prefill` and return every row's logits [n, V] (float32): row j predicts the
+        token after position start_pos + j (prompt logprobs). Backends that can override it."""
+        raise NotImplementedError(f"{self.name} backend: prompt logprobs are not supported")
+
     def _keep(self, logits) -> None:
         """While `keep_logits`: note these rows (a [n, V] array or a list of [V] rows) as drawn-from, in order."""
         if self.keep_logits:

@@ -65,6 +65,10 @@ class CpuBackend(Backend):
 
     # -- forwards -----------------------------------------------------------------------------------------------
     def prefill(self, slot: int, ids: Sequence[int], start_pos: int, want_logits: bool = True):
+        rows = self.prefill_rows(slot, ids, start_pos)
+        return rows[-1] if want_logits else None
+
+    def prefill_rows(self, slot: int, ids: Sequence[int], start_pos: int) -> np.ndarray:
         state = self._state(slot)
         ids = [int(t) for t in ids]
         if not ids:
@@ -73,10 +77,7 @@ class CpuBackend(Backend):
             raise ValueError(f"prefill: slot {slot} holds {state.pos} tokens, chunk starts at {start_pos}")
         if start_pos + len(ids) > self.context:
             raise ValueError(f"prefill: {start_pos + len(ids)} tokens exceed the context of {self.context}")
-        logits = self.model.prompt(state, ids)
-        if not want_logits:
-            return None
-        return np.asarray(logits, dtype=np.float32)[-1]
+        return np.asarray(self.model.prompt(state, ids), dtype=np.float32)
 
     def decode(self, slots: Sequence[int], ids: Sequence[int]) -> np.ndarray:
         if len(slots) != len(ids):

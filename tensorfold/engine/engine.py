@@ -257,6 +257,8 @@ class Engine:
             raise ContextLengthError(self.context, L, params.max_tokens)
         if params.logprobs is not None and not getattr(self.backend, "supports_logprobs", False):
             raise ValueError(f"logprobs: the {self.backend.name} backend cannot report them")
+        if params.prompt_logprobs is not None and not getattr(self.backend, "supports_prompt_logprobs", False):
+            raise ValueError(f"prompt_logprobs: the {self.backend.name} backend cannot report them")
         for t in params.stop_token_ids:
             if t >= self.backend.vocab_size:
                 raise ValueError(f"stop_token_ids: {t} is outside the vocabulary [0, {self.backend.vocab_size})")
@@ -387,15 +389,19 @@ class Engine:
                                                    [self._row(s) for s in seqs]))
             for i, (seq, tok) in enumerate(zip(seqs, toks)):
                 self._append(seq, tok, out, self._entry(seq, kept, i, tok))
+        packed = [ch for ch in plan.prefill if ch.seq.params.prompt_logprobs is None]
         jobs = [PrefillJob(ch.seq.slot, ch.seq.prompt_ids[ch.start:ch.end], ch.start,
-                           self._row(ch.seq) if ch.last else None) for ch in plan.prefill]
+                           self._row(ch.seq) if ch.last else None) for ch in packed]
         toks, kept = self._sample_keeping(
-            any(ch.last and ch.seq.params.logprobs is not None for ch in plan.prefill),
+            any(ch.last and ch.seq.params.logprobs is not None for ch in packed),
             lambda: self.backend.prefill_many(jobs) if jobs else [])
         if len(toks) != len(jobs):
             raise RuntimeError(f"backend prefill_many returned {len(toks)} results for {len(jobs)} chunks")
+        for ch in plan.prefill:
+            if ch.seq.params.prompt_logprobs is not None:
+                prompt_done += self._score_chunk(ch, out)
         drawn = 0  # kept rows are one a job with a row, in job order
-        for ch, tok in zip(plan.prefill, toks):
+        for ch, tok in zip(packed, toks):
             seq = ch.seq
             seq.num_prefilled = ch.end
             prompt_done += ch.end - ch.start
@@ -404,6 +410,35 @@ class Engine:
                 self._append(seq, tok, out, self._entry(seq, kept, drawn, tok))
                 drawn += 1
         return prompt_done
+
+    def _score_chunk(self, ch, out: dict) -> int:
+        """A prompt chunk of a request with prompt_logprobs: every row's logits (``backend.prefill_rows``, alone,
+        not packed with other streams' chunks), an entry for each of its tokens (row j predicts token j + 1; the
+        previous chunk's last row the first; the prompt's first token gets None); on the prompt's last chunk the
+        first token is drawn on the host from the last row (the device sampler's twin), or, with max_tokens 0,
+        the request ends ("length"). Returns the prompt tokens consumed."""
+        seq = ch.seq
+        k = seq.params.prompt_logprobs
+        ids = seq.prompt_ids[ch.start:ch.end]
+        rows = self.backend.prefill_rows(seq.slot, ids, ch.start)
+        if len(rows) != len(ids):
+            raise RuntimeError(f"backend prefill_rows returned {len(rows)} rows for {len(ids)} tokens")
+        for j, t in enumerate(ids):
+            prev = seq.plp_prev if j == 0 else rows[j - 1]
+            seq.prompt_logprobs.append(None if ch.start + j == 0 else token_entry(prev, t, k, self.valid_vocab))
+        seq.plp_prev = rows[-1]
+        seq.num_prefilled = ch.end
+        if ch.last:
+            seq.status = SeqStatus.DECODE
+            seq.plp_prev = None
+            seq.plp_ready = True
+            out.setdefault(seq.request_id, [seq, [], ""])
+            if seq.max_completion == 0:
+                self._finish(seq, "length")
+            else:
+                tok = int(self.backend.sample(rows[-1:], [self._row(seq)])[0])
+                self._append(seq, tok, out, self._entry(seq, rows[-1:], 0, tok))
+        return ch.end - ch.start
 
     def _fail_running(self, out: dict) -> None:
         """After a backend fault: end every running stream ("abort"), so no half-advanced state is reused. Waiting
@@ -451,8 +486,11 @@ class Engine:
             lps = None
             if seq.params.logprobs is not None:
                 lps = seq.logprobs[len(seq.logprobs) - len(new):] if new else []
+            plp = None
+            if seq.plp_ready:
+                plp, seq.plp_ready = seq.prompt_logprobs, False
             results.append(StepOutput(rid, new, seq.finished, seq.finish_reason, seq.prompt_len,
-                                      len(seq.output_ids), text, seq.stop_reason, lps))
+                                      len(seq.output_ids), text, seq.stop_reason, lps, plp))
             if seq.finished:
                 finished_ids.append(rid)
         held = sum(s.num_prefilled + len(s.output_ids) for s in self.scheduler.running)

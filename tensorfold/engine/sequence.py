@@ -48,6 +48,8 @@ class StepOutput:
     stop_reason: int | str | None = None  # the stop token id or stop string that finished it
     # with SamplingParams.logprobs: one (token, logprob, [(id, logprob)] * k) a new token (engine.logprobs)
     logprobs: list | None = None
+    # with SamplingParams.prompt_logprobs: in the round its prompt completes, one entry a prompt token (None first)
+    prompt_logprobs: list | None = None
 
 
 @dataclass
@@ -69,6 +71,9 @@ class Sequence:
     first_token_time: float | None = None
     finish_time: float | None = None
     logprobs: list = field(default_factory=list)  # one entry an output token when params.logprobs is set
+    prompt_logprobs: list = field(default_factory=list)  # one a prompt token (None first) with prompt_logprobs
+    plp_prev: object = None  # the last logits row of the previous scored chunk (it predicts this chunk's first)
+    plp_ready: bool = False  # the prompt's entries are complete and not yet reported
 
     @property
     def prompt_len(self) -> int:

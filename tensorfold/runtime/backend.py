@@ -135,13 +135,7 @@ class CudaBackend(Backend):
 
     # -- forwards -----------------------------------------------------------------------------------------------
     def _prefill(self, slot, ids, start_pos, want_logits, sample_row):
-        ids = [int(t) for t in ids]
-        if not ids:
-            raise ValueError("prefill: empty chunk")
-        if self._len(slot) != start_pos:
-            raise ValueError(f"prefill: slot {slot} holds {self._lens[slot]} tokens, chunk starts at {start_pos}")
-        if start_pos + len(ids) > self.context:
-            raise ValueError(f"prefill: {start_pos + len(ids)} tokens exceed the context of {self.context}")
+        ids = self._check_chunk(slot, ids, start_pos)
         out = None
         pos = start_pos
         for k in range(0, len(ids), self.prompt_rows):
@@ -161,6 +155,31 @@ class CudaBackend(Backend):
             pos += len(chunk)
             self._lens[slot] = pos
         return out
+
+    def _check_chunk(self, slot, ids, start_pos) -> list[int]:
+        ids = [int(t) for t in ids]
+        if not ids:
+            raise ValueError("prefill: empty chunk")
+        if self._len(slot) != start_pos:
+            raise ValueError(f"prefill: slot {slot} holds {self._lens[slot]} tokens, chunk starts at {start_pos}")
+        if start_pos + len(ids) > self.context:
+            raise ValueError(f"prefill: {start_pos + len(ids)} tokens exceed the context of {self.context}")
+        return ids
+
+    def prefill_rows(self, slot: int, ids: Sequence[int], start_pos: int) -> np.ndarray:
+        """Feed prompt tokens and return every row's logits [n, V] (prompt logprobs): eager prompt forwards of at
+        most the runner's output rows each, every row's logits asked for."""
+        ids = self._check_chunk(slot, ids, start_pos)
+        step = max(1, min(self.runner.buf.out_rows, self.prompt_rows))
+        out, pos = [], start_pos
+        for k in range(0, len(ids), step):
+            chunk = ids[k:k + step]
+            lg, _ = self.runner.forward(F.prompt_batch([(slot, chunk, pos)], all_logits=True), logits=True,
+                                        stream=self.stream, graph=False)
+            out.append(lg)
+            pos += len(chunk)
+            self._lens[slot] = pos
+        return np.concatenate(out)
 
     def prefill(self, slot: int, ids: Sequence[int], start_pos: int, want_logits: bool = True):
         return self._prefill(slot, ids, start_pos, want_logits, None)

@@ -877,10 +877,12 @@ class Runner:
             elif argmax:
                 glue.launch_argmax(B.logits[:n_out], valid_vocab or c.vocab_size, B.tok[:n_out], stream=stream)
 
-    def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, sample_rows=None, stream=0):
+    def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, sample_rows=None, stream=0,
+                graph=True):
         """Eager forward of ``batch``: write the metadata, launch, and (synchronously) return logits [n_out, V]
         and/or token ids [n_out] (argmax, or drawn by the device sampler for ``sample_rows``, a list of
-        ``SampleRow``) as numpy (None where not asked)."""
+        ``SampleRow``) as numpy (None where not asked). ``graph=False``: a prompt chunk runs eagerly even where
+        prompt graphs are on (shapes too varied to capture, e.g. every row's logits)."""
         sample = None
         if sample_rows is not None:
             sample = self.sample_meta
@@ -896,7 +898,7 @@ class Runner:
         if n_out > self.buf.out_rows:
             raise ValueError(f"forward: {n_out} logits rows exceed the {self.buf.out_rows} output rows")
         ident = n_out == batch.R and np.array_equal(batch.sel[:n_out], np.arange(n_out))
-        if batch.mode == "prompt" and prompt_graphs_on() and stream:
+        if batch.mode == "prompt" and graph and prompt_graphs_on() and stream:
             self._prompt_graphed(batch, n_out, argmax, valid_vocab, sample, bool(ident), stream)
         else:
             self.meta.write(batch, stream=stream)

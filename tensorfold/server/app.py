@@ -269,6 +269,7 @@ class Server:
         P.check_unsupported(body, "completion")
         fields = P.sampling_fields(body, d)
         fields["logprobs"] = P.check_logprobs(body, "completion")
+        fields["prompt_logprobs"] = fields["logprobs"] if body.get("echo") else None  # echo scores the prompt
         if isinstance(prompt, str):
             ids = list(await self._in_thread(self.tokenizer.encode, prompt))
         else:
@@ -357,6 +358,9 @@ class Server:
                 accepted += int(getattr(item, "accepted", 0) or 0)
                 if getattr(item, "prompt_tokens", None):
                     prompt_tokens = int(item.prompt_tokens)
+                plp = getattr(item, "prompt_logprobs", None)
+                if plp is not None:
+                    yield "plp", plp
                 lps = getattr(item, "logprobs", None)
                 if lps:
                     lp_batch.extend(lps)
@@ -426,6 +430,8 @@ class Server:
                     parts.append(val)
                 elif kind == "lp":
                     entries.extend(val)
+                elif kind == "plp":
+                    entries[:0] = P.echo_entries(req.prompt_ids, val)
                 else:
                     end = val
         except EngineFault as e:
@@ -455,11 +461,15 @@ class Server:
         try:
             if chat:
                 await resp.write(P.sse(P.chat_chunk(req, {"role": "assistant", "content": ""})))
-            elif req.echo:
+            elif req.echo and req.prompt_logprobs is None:
                 await resp.write(P.sse(P.completion_chunk(req, req.echo)))
             async for kind, val in self._events(request, req, h):
                 if kind == "lp":
                     cw.entries(val)
+                    continue
+                if kind == "plp":  # echo with logprobs: the prompt's chunk once its entries are known
+                    cw.entries(P.echo_entries(req.prompt_ids, val))
+                    await resp.write(cw.content(req.echo or ""))
                     continue
                 if kind == "text":
                     if chat:

@@ -164,6 +164,7 @@ class GenRequest:
     prompt_opens_think: bool = False   # the rendered chat prompt ends inside <think>
     logprobs: int | None = None        # alternatives a token's logprobs entry lists; None: no logprobs
     echo: str | None = None            # completions with echo: the prompt's text, returned before the completion
+    prompt_logprobs: int | None = None  # echo with logprobs: the prompt tokens' entries too
 
 
 MAX_STOPS = 16
@@ -277,9 +278,6 @@ def check_unsupported(body: dict, kind: str) -> None:
         raise bad(f"'echo' must be a boolean, not {_json_type(echo)}", "echo")
     if echo and kind == "chat":
         raise bad("'echo' is a completions field", "echo")
-    if echo and body.get("logprobs", None) is not None:
-        raise bad("'echo' with 'logprobs' (the prompt's log-probabilities) is not supported by this server", "echo",
-                  code="not_supported")
     if body.get("tools"):
         raise bad("'tools' is not supported by this server", "tools", code="not_supported")
     rf = body.get("response_format", None)
@@ -380,8 +378,8 @@ def sampling_fields(body: dict, defaults: ServeDefaults) -> dict:
             raise bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
         include_usage = get_bool(so, "include_usage", False)
     out["include_usage"] = include_usage
-    mt = get_number(body, "max_completion_tokens", None, lo=1, integer=True)
-    mt2 = get_number(body, "max_tokens", None, lo=1, integer=True)
+    mt = get_number(body, "max_completion_tokens", None, lo=0, integer=True)  # 0: checked in finish_request
+    mt2 = get_number(body, "max_tokens", None, lo=0, integer=True)
     if mt is None:
         mt = mt2
     if mt is not None and mt > 1 << 40:
@@ -415,6 +413,9 @@ def finish_request(kind: str, model: str, prompt_ids: list[int], f: dict, defaul
         if mt < 1:
             raise context_error(defaults.context, p, 1, where)
     else:
+        if mt == 0 and f.get("prompt_logprobs") is None:
+            raise bad("'max_tokens' must be >= 1 (0 only to score a prompt: completions with 'echo' and 'logprobs')",
+                      "max_tokens")
         if defaults.max_tokens is not None and mt > defaults.max_tokens:
             raise bad(f"'max_tokens' = {mt} is over this server's limit of {defaults.max_tokens}", "max_tokens")
         if p + mt > defaults.context:
@@ -429,7 +430,8 @@ def finish_request(kind: str, model: str, prompt_ids: list[int], f: dict, defaul
                       min_p=f["min_p"], seed=seed, seed_given=seed_given, stop=f["stop"],
                       stop_token_ids=f["stop_token_ids"], stream=f["stream"],
                       include_usage=f["include_usage"], ignore_eos=f["ignore_eos"], draft=f["draft"],
-                      prompt_opens_think=prompt_opens_think, logprobs=f.get("logprobs"))
+                      prompt_opens_think=prompt_opens_think, logprobs=f.get("logprobs"),
+                      prompt_logprobs=f.get("prompt_logprobs"))
 
 
 def make_sampling_params(req: GenRequest):
@@ -439,14 +441,16 @@ def make_sampling_params(req: GenRequest):
     want = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
             "seed": req.seed if req.seed_given else None, "max_tokens": req.max_tokens,
             "ignore_eos": req.ignore_eos, "draft": req.draft, "stop": tuple(req.stop),
-            "stop_token_ids": tuple(req.stop_token_ids), "logprobs": req.logprobs}
+            "stop_token_ids": tuple(req.stop_token_ids), "logprobs": req.logprobs,
+            "prompt_logprobs": req.prompt_logprobs}
     if dataclasses.is_dataclass(SamplingParams):
         names = {f.name for f in dataclasses.fields(SamplingParams)}
     else:
         import inspect
         names = set(inspect.signature(SamplingParams).parameters)
-    if req.logprobs is not None and "logprobs" not in names:
-        raise bad("'logprobs' is not supported by this engine", "logprobs", code="not_supported")
+    for k in ("logprobs", "prompt_logprobs"):
+        if want[k] is not None and k not in names:
+            raise bad(f"'{k}' is not supported by this engine", "logprobs", code="not_supported")
     return SamplingParams(**{k: v for k, v in want.items() if k in names})
 
 
@@ -482,16 +486,22 @@ def chat_logprobs(entries, tok) -> dict:
 
 def completion_logprobs(entries, tok, offset: int = 0) -> dict:
     """``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}`` (legacy completions); ``offset``: where the
-    first token's text starts in the completion (a stream's earlier chunks)."""
+    first token's text starts in the returned text (a stream's earlier chunks). An entry whose logprob is None (an
+    echoed prompt's first token) gets null log-probabilities, as OpenAI's echo does."""
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for tid, lp, top in entries:
         t, _ = _token_piece(tok, tid)
         out["tokens"].append(t)
         out["token_logprobs"].append(lp)
-        out["top_logprobs"].append({_token_piece(tok, aid)[0]: alp for aid, alp in top})
+        out["top_logprobs"].append(None if top is None else {_token_piece(tok, aid)[0]: alp for aid, alp in top})
         out["text_offset"].append(offset)
         offset += len(t)
     return out
+
+
+def echo_entries(prompt_ids, prompt_logprobs) -> list:
+    """The engine's prompt entries (None first) as completion entries: the first token with null values."""
+    return [(prompt_ids[0], None, None)] + list(prompt_logprobs[1:])
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -101,3 +101,46 @@ def test_logprobs_bounds():
     with pytest.raises(TypeError, match="logprobs"):
         SamplingParams(logprobs=1.5)
     assert SamplingParams(logprobs=20).logprobs == 20
+
+
+@pytest.mark.parametrize("chunk", [4, 64])
+def test_prompt_logprobs_match_the_step_loop(make_engine, ref, valid_vocab, chunk):
+    """``prompt_logprobs``: None for the first prompt token, then each token's entry from the row before it --
+    across prompt chunks (chunk 4: the previous chunk's last row predicts a chunk's first token). max_tokens 0
+    scores only ("length", no token); a request without it beside them keeps its tokens."""
+    rng = np.random.default_rng()
+    prompt = [int(t) for t in rng.integers(0, valid_vocab, 11)]
+    other = [int(t) for t in rng.integers(0, valid_vocab, 7)]
+    eng = make_engine(parallel=3, prompt_chunk=chunk)
+    score = SamplingParams(temperature=0, max_tokens=0, prompt_logprobs=2)
+    both = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, prompt_logprobs=0, logprobs=1)
+    plain = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    names = {eng.add_request(prompt, score): "score", eng.add_request(prompt, both): "both",
+             eng.add_request(other, plain): "plain"}
+    got = {n: {"ids": [], "plp": None, "finish": None, "outs": 0} for n in names.values()}
+    while eng.has_unfinished():
+        for o in eng.step():
+            g = got[names[o.request_id]]
+            g["ids"] += o.new_token_ids
+            g["outs"] += 1
+            if o.prompt_logprobs is not None:
+                assert g["plp"] is None  # reported once
+                g["plp"] = o.prompt_logprobs
+            if o.finished:
+                g["finish"] = o.finish_reason
+    assert got["score"]["ids"] == [] and got["score"]["finish"] == "length"
+    assert got["plain"]["plp"] is None
+    alone = make_engine(parallel=1).generate(other, plain)
+    assert got["plain"]["ids"] == alone
+    rows = _oracle_rows(ref, prompt[:1], prompt[1:] + [0])  # rows after prompt[:1], prompt[:2], ...
+    for name, k in (("score", 2), ("both", 0)):
+        plp = got[name]["plp"]
+        assert plp is not None and len(plp) == len(prompt) and plp[0] is None
+        for i in range(1, len(prompt)):
+            t, lp, top = plp[i]
+            ls = _log_softmax(rows[i - 1], valid_vocab)
+            # prompt-mode rows against the oracle's step-mode rows: float32 rounding, 1e-4 + 2e-5 relative
+            assert t == prompt[i] and abs(lp - ls[prompt[i]]) <= 1e-4 + 2e-5 * abs(ls[prompt[i]]), (name, i)
+            assert [a for a, _ in top] == sorted(range(valid_vocab), key=lambda j: (-ls[j], j))[:k]
+    # the scored request that also generates: same tokens as greedy from the prompt, with their logprobs
+    assert got["both"]["ids"] == make_engine(parallel=1).generate(prompt, plain)

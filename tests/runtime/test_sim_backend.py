@@ -86,3 +86,25 @@ def test_backend_keeps_drawn_from_logits(micro):
     be.keep_logits = False
     be.decode_sample([a], [out[0]], [_row(len(P) + 2)])
     assert be.take_logits() == []
+
+
+def test_backend_prefill_rows(micro):
+    """``prefill_rows`` (prompt logprobs): every row's logits of a chunk longer than the runner's output rows (so
+    it runs as several prompt forwards), then of a second chunk, against the numpy reference's prompt rows (2e-4,
+    as above); the slot then decodes on from the right position."""
+    rng = np.random.default_rng()
+    be = CudaBackend(micro.tensors, micro.config, parallel=1, context=48, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    assert be.supports_prompt_logprobs
+    ref = ReferenceModel(micro.tensors, micro.config, kv_cache="bf16")
+    n = be.runner.buf.out_rows + 3
+    P, Q = [int(t) for t in rng.integers(0, 512, n)], [int(t) for t in rng.integers(0, 512, 2)]
+    a, sa = be.new_slot(), ref.new_state()
+    rows = be.prefill_rows(a, P, 0)
+    assert rows.shape[0] == n
+    np.testing.assert_allclose(rows, ref.prompt(sa, P), rtol=2e-4, atol=2e-4)
+    rows2 = be.prefill_rows(a, Q, n)
+    np.testing.assert_allclose(rows2, ref.prompt(sa, Q), rtol=2e-4, atol=2e-4)
+    t = int(np.argmax(rows2[-1][:512]))
+    lg = be.decode([a], [t])
+    np.testing.assert_allclose(lg[0], ref.step(sa, t), rtol=2e-4, atol=2e-4)

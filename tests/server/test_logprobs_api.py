@@ -139,7 +139,7 @@ def test_logprobs_bad_fields(served, path, fields, param):
 
 def test_completion_echo_whole_and_streamed(served):
     """``echo``: the prompt's text comes first (a string prompt as sent; token ids as their text), then the same
-    completion as without echo; with logprobs it is refused (prompt log-probabilities are not computed)."""
+    completion as without echo; max_tokens 0 without echo + logprobs is refused."""
     rng = random.Random()
     text = " ".join(rng.choice(WORDS) for _ in range(5))
     body = {"prompt": text, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
@@ -152,7 +152,50 @@ def test_completion_echo_whole_and_streamed(served):
     assert r2["choices"][0]["text"] == det + plain
     chunks = _sse(requests.post(served.url + CMPL, json={**body, "echo": True, "stream": True}, stream=True))
     assert "".join(c["choices"][0]["text"] for c in chunks if c.get("choices")) == text + plain
-    bad = requests.post(served.url + CMPL, json={**body, "echo": True, "logprobs": 1})
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "echo"
+    bad = requests.post(served.url + CMPL, json={**body, "max_tokens": 0})  # 0 only to score a prompt
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
     bad = requests.post(served.url + CHAT, json={"messages": [{"role": "user", "content": "x"}], "echo": True})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "echo"
+
+
+def _prompt_oracle(oracle, ids):
+    """log-softmax rows after ids[:1], ids[:2], ... (step loop): row i - 1 scores token i."""
+    ref, _, valid = oracle
+    st = ref.new_state()
+    rows = []
+    for t in ids[:-1]:
+        x = np.asarray(ref.step(st, t), np.float64)[:valid]
+        rows.append(x - (x.max() + np.log(np.exp(x - x.max()).sum())))
+    return rows
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1])
+def test_echo_logprobs_score_the_prompt(served, oracle, max_tokens):
+    """Scoring (lm-eval's loglikelihood, vLLM's echo + logprobs): the prompt's tokens come back with their
+    log-probabilities (the first null), then max_tokens generated ones; whole and streamed agree. Oracle: the step
+    loop over the prompt ids; 1e-3 + 2e-5 relative (prompt mode against step mode, float32)."""
+    rng = random.Random()
+    text = " ".join(rng.choice(WORDS) for _ in range(7))
+    body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "echo": True,
+            "logprobs": 1}
+    r = requests.post(served.url + CMPL, json=body)
+    assert r.status_code == 200, r.text
+    ch = r.json()["choices"][0]
+    lp = ch["logprobs"]
+    ids = _prompt(served, prompt=text)
+    _, tok, _ = oracle
+    n = len(ids)
+    assert len(lp["tokens"]) == n + max_tokens and lp["tokens"][:n] == [_piece(tok, t) for t in ids]
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    rows = _prompt_oracle(oracle, ids)
+    for i in range(1, n):
+        want = rows[i - 1][ids[i]]
+        assert abs(lp["token_logprobs"][i] - want) <= 1e-3 + 2e-5 * abs(want), i
+        assert len(lp["top_logprobs"][i]) == 1
+    assert ch["text"].startswith(text) and r.json()["usage"]["completion_tokens"] == max_tokens
+    assert lp["text_offset"] == list(np.cumsum([0] + [len(p) for p in lp["tokens"]])[:-1])
+    chunks = _sse(requests.post(served.url + CMPL, json={**body, "stream": True}, stream=True))
+    got = [c["choices"][0]["logprobs"] for c in chunks if c.get("choices") and c["choices"][0]["logprobs"]]
+    cat = {key: sum((g[key] for g in got), []) for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    assert cat == lp
+    assert "".join(c["choices"][0]["text"] for c in chunks if c.get("choices")) == ch["text"]
