@@ -226,3 +226,19 @@ def test_health_and_metrics(served, client, rng):
         assert name in m, name
     gen = [ln for ln in m.splitlines() if ln.startswith("vllm:generation_tokens_total")]
     assert int(gen[0].split()[-1]) >= 3
+
+
+def test_logprobs_through_the_client(client, rng):
+    """The `openai` package parses both logprobs shapes (chat content entries; legacy completions lists)."""
+    msgs = [{"role": "user", "content": rand_text(rng, 4)}]
+    r = client.chat.completions.create(model=model_id(client), messages=msgs, max_tokens=3, temperature=0,
+                                       logprobs=True, top_logprobs=2,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": False},
+                                                   "ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 3 and all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in content)
+    assert all(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob for e in content)
+    c = client.completions.create(model=model_id(client), prompt=rand_text(rng, 4), max_tokens=3, temperature=0,
+                                  logprobs=2, extra_body={"ignore_eos": True})
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 3
