@@ -163,18 +163,6 @@ class SamplingParams:
             raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         if not isinstance(self.draft, bool):
             raise TypeError(f"draft must be a bool, got {self.draft!r}")
-        for name in ("logprobs", "prompt_logprobs"):
-            v = getattr(self, name)
-            if v is not None:
-                k = _int(name, v)
-                if not 0 <= k <= MAX_LOGPROBS:
-                    raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}] (alternatives per token), got {k}")
-                set_(name, k)
-        if self.max_tokens is not None:
-            n = _int("max_tokens", self.max_tokens)
-            if n < (0 if self.prompt_logprobs is not None else 1):
-                raise ValueError(f"max_tokens must be >= 1 (0 only with prompt_logprobs), got {n}")
-            set_("max_tokens", n)
 
     @property
     def greedy(self) -> bool:

@@ -40,15 +40,7 @@ def _files(root):
 
 
 def test_cache_written_then_loaded(tmp_path):
-    from tensorfold.model import quant
-    from tensorfold.reference import ops
-
-    rng = np.random.default_rng()
-    x = (rng.standard_normal((5, 2048)) * 2).astype(np.float32)
-    w = (1 + 0.3 * rng.standard_normal(2048)).astype(np.float32)
-    P, S, B = quant.quantize(rng.standard_normal((256, 1024)).astype(np.float32), 4, 64)
-    xv = rng.standard_normal((2, 1024)).astype(np.float32)
-    np.savez(tmp_path / "in.npz", x=x, w=w, P=P, S=S, B=B, xv=xv)
+    x, w, P, S, B, xv = _inputs(tmp_path, (5, 2048), 2)
     (tmp_path / "run.py").write_text(_SCRIPT)
     env = dict(os.environ, TENSORFOLD_KERNEL_CACHE="1", TENSORFOLD_CACHE_DIR=str(tmp_path / "cache"),
                NUMBA_ENABLE_CUDASIM="0")
@@ -62,12 +54,34 @@ def test_cache_written_then_loaded(tmp_path):
     nbc0 = {f for f in seen[0] if f.endswith(".nbc")}
     assert any("norms" in f for f in nbc0) and any("qgemv3" in f for f in nbc0), sorted(seen[0])
     assert {f for f in seen[1] if f.endswith(".nbc")} == nbc0, "the second process compiled again"
+    _same_bits_and_oracles(outs, x, w, P, S, B, xv)
+
+
+def _inputs(tmp_path, xshape, xrows):
+    """Fresh random inputs, saved to in.npz: x / w for the RMSNorm, a 4-bit g64 256 x 1024 weight and xrows x rows
+    for qgemv."""
+    from tensorfold.model import quant
+
+    rng = np.random.default_rng()
+    x = (rng.standard_normal(xshape) * 2).astype(np.float32)
+    w = (1 + 0.3 * rng.standard_normal(xshape[1])).astype(np.float32)
+    P, S, B = quant.quantize(rng.standard_normal((256, 1024)).astype(np.float32), 4, 64)
+    xv = rng.standard_normal((xrows, 1024)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, w=w, P=P, S=S, B=B, xv=xv)
+    return x, w, P, S, B, xv
+
+
+def _same_bits_and_oracles(outs, x, w, P, S, B, xv):
+    """Both processes' outputs bit-equal, and the first within tolerance of the numpy oracles (RMSNorm 1e-5,
+    dequantized GEMV 2e-2, relative to the largest value)."""
+    from tensorfold.model import quant
+    from tensorfold.reference import ops
+
     for key in ("y", "yq"):
         assert np.array_equal(outs[0][key].view(np.uint32), outs[1][key].view(np.uint32)), key
     ref = ops.rms_norm(x.astype(np.float64), w.astype(np.float64), 1e-6)
     assert np.abs(outs[0]["y"] - ref).max() <= 1e-5 * np.abs(ref).max()
-    Wd = quant.dequantize(P, S, B, 4, 64).astype(np.float64)
-    refq = xv.astype(np.float64) @ Wd.T
+    refq = xv.astype(np.float64) @ quant.dequantize(P, S, B, 4, 64).astype(np.float64).T
     assert np.abs(outs[0]["yq"] - refq).max() <= 2e-2 * np.abs(refq).max()
 
 
@@ -107,15 +121,7 @@ def test_compile_ahead_then_run(tmp_path):
     """``_precompile``: the launches are noted (not made), two forked workers compile them into a fresh cache, the
     parent loads them and links their cubins, then runs them: the same bits as a process that compiled them itself
     (workers off, its own fresh cache), and the numpy oracles."""
-    from tensorfold.model import quant
-    from tensorfold.reference import ops
-
-    rng = np.random.default_rng()
-    x = (rng.standard_normal((3, 1024)) * 2).astype(np.float32)
-    w = (1 + 0.3 * rng.standard_normal(1024)).astype(np.float32)
-    P, S, B = quant.quantize(rng.standard_normal((256, 1024)).astype(np.float32), 4, 64)
-    xv = rng.standard_normal((3, 1024)).astype(np.float32)
-    np.savez(tmp_path / "in.npz", x=x, w=w, P=P, S=S, B=B, xv=xv)
+    x, w, P, S, B, xv = _inputs(tmp_path, (3, 1024), 3)
     (tmp_path / "run.py").write_text(_AHEAD)
     outs, infos = [], []
     for k, mode in enumerate(("ahead", "plain")):
@@ -129,9 +135,4 @@ def test_compile_ahead_then_run(tmp_path):
         infos.append(__import__("json").loads(r.stdout.strip().splitlines()[-1]))
     a = infos[0]
     assert a["noted"] >= 2 and a["compiled"] >= 2 and a["missing"] == 0 and a["cubins"] == a["compiled"], a
-    for key in ("y", "yq"):
-        assert np.array_equal(outs[0][key].view(np.uint32), outs[1][key].view(np.uint32)), key
-    ref = ops.rms_norm(x.astype(np.float64), w.astype(np.float64), 1e-6)
-    assert np.abs(outs[0]["y"] - ref).max() <= 1e-5 * np.abs(ref).max()
-    refq = xv.astype(np.float64) @ quant.dequantize(P, S, B, 4, 64).astype(np.float64).T
-    assert np.abs(outs[0]["yq"] - refq).max() <= 2e-2 * np.abs(refq).max()
+    _same_bits_and_oracles(outs, x, w, P, S, B, xv)
