@@ -321,7 +321,8 @@ class Server:
 
     async def _events(self, request: web.Request, req: P.GenRequest, h: Handle):
         """Yields ("text", str) deltas, then ("end", info dict). With logprobs asked, a batch's entries come first as
-        ("lp", list), then its ("text", delta), which may then be "" (text held back or none).
+        ("lp", list), then its ("text", delta), which may then be "" (text held back or none); with prompt logprobs
+        (completions echo + logprobs), ("plp", the engine's prompt entries) once, before the first of those.
 
         The engine's StepOutput.text (its detokenizer applies the stop strings) is used when it has one;
         otherwise the text is decoded and stop strings are matched here."""
