@@ -82,28 +82,32 @@ def test_logprobs_match_cpu(engines):
     """logprobs and prompt logprobs from the cuda backend's kept rows (decode graphs, packed prompt forwards, eager
     all-rows prompt forwards) against the cpu backend's, greedy so both draw the same tokens: log-probabilities
     within 0.25 (bf16 weights and activations: the logits test above allows 2 % of the largest logit; a row taken
-    from the wrong position is off by units), the alternatives' ids equal where the cpu's gaps exceed 0.5; a
-    request without logprobs keeps its tokens beside them."""
+    from the wrong position is off by units), the alternatives' ids equal where the cpu's gaps exceed 0.5 (the
+    greedy streams are compared up to a near tie, where bf16 and float32 may part); a request without logprobs
+    keeps its tokens beside them."""
     cpu, gpu = engines
     from tensorfold.engine import SamplingParams
 
     rng = np.random.default_rng()
     prompts = [[int(t) for t in rng.integers(0, cpu.valid_vocab, n)] for n in (9, 70, 33)]
     reqs = [(prompts[0], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)),
-            (prompts[1], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, logprobs=1, prompt_logprobs=2)),
+            (prompts[1], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, logprobs=2, prompt_logprobs=2)),
             (prompts[2], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))]
     want, have = _collect(cpu, reqs), _collect(gpu, reqs)
     assert have[2][0] == gpu.generate(*reqs[2])  # beside logprobs requests, the same tokens as alone
-    for (ic, lc, pc), (ig, lg, pg) in zip(want, have):
-        assert ig == ic
-        assert len(lg) == len(lc)
+    for (ic, lc, pc), (ig, lg, pg) in zip(want[:2], have[:2]):
+        assert len(ig) == len(ic) and len(lg) == len(lc) == len(ic)
         for (tc, vc, topc), (tg, vg, topg) in zip(lc, lg):
-            assert tg == tc and abs(vg - vc) < 0.25
+            if tg != tc:  # greedy may part at a near tie (bf16 against float32): then nothing after is comparable
+                assert topc[0][1] - topc[1][1] < 0.5, (topc, topg)
+                break
+            assert abs(vg - vc) < 0.25
             assert len(topg) == len(topc)
             gaps = np.diff([v for _, v in topc])
-            if len(gaps) == 0 or np.min(-gaps) > 0.5:
+            if np.min(-gaps) > 0.5:
                 assert [i for i, _ in topg] == [i for i, _ in topc]
         assert (pg is None) == (pc is None)
-        if pc is not None:
+        if pc is not None:  # the prompt is the same ids on both, so every entry compares
             assert pg[0] is None and pc[0] is None and len(pg) == len(pc)
+            assert all(a[0] == b[0] for a, b in zip(pg[1:], pc[1:]))
             assert max(abs(a[1] - b[1]) for a, b in zip(pg[1:], pc[1:])) < 0.25
