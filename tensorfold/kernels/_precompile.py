@@ -138,14 +138,22 @@ def run_pool(tasks: list, fn, n: int, timeout: float = 300.0, init=None) -> dict
 
     n = max(1, min(int(n), len(tasks)))
     procs = []
-    with warnings.catch_warnings():
-        # Python 3.12 warns that fork() in a multi-threaded process may deadlock: the children here only compile
-        # (Python, LLVM, NVVM) and never enter the CUDA driver, whose threads are the ones the parent has.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for _ in range(n):
-            p = ctx.Process(target=work, daemon=True)
-            p.start()
-            procs.append(p)
+    import gc
+
+    # the parent's objects are left out of the children's garbage collection: a collected device array's finalizer
+    # would call the CUDA driver from a child
+    gc.freeze()
+    try:
+        with warnings.catch_warnings():
+            # Python 3.12 warns that fork() in a multi-threaded process may deadlock: the children here only compile
+            # (Python, LLVM, NVVM) and never enter the CUDA driver, whose threads are the ones the parent has.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for _ in range(n):
+                p = ctx.Process(target=work, daemon=True)
+                p.start()
+                procs.append(p)
+    finally:
+        gc.unfreeze()
     end = time.time() + timeout
     timed_out = False
     for p in procs:
@@ -212,7 +220,9 @@ def _compile_to_disk(task) -> None:
             k = _Kernel(d.py_func, at, **d.targetoptions)
             d._cache.save_overload(at, k)
         except Exception as e:  # noqa: BLE001 -- the parent compiles it again and reports a real error there
-            print(f"tensorfold precompile: {d.py_func.__name__}{at}: {type(e).__name__}: {e}", file=sys.stderr)
+            # os.write, not print: a lock of sys.stderr held by another thread at the fork would hang the worker
+            msg = f"tensorfold precompile: {d.py_func.__name__}{at}: {type(e).__name__}: {e}\n"
+            os.write(2, msg.encode("utf-8", "replace"))
 
 
 class Ahead:
