@@ -1,8 +1,9 @@
 """Log-probabilities of drawn tokens (`SamplingParams.logprobs`, `engine.logprobs`) on the cpu backend.
 
 Oracle: the ReferenceModel's own step loop over the prompt and the engine's output (no engine code), with the
-log-softmax taken here in float64 over the valid vocabulary. Checked: every drawn token has an entry; its
-log-probability and the top-k alternatives (ids and values, ordered) match the oracle's row; greedy draws are the
+log-softmax taken here in float64 over the valid vocabulary (tolerance TOL below). Checked: every drawn token has
+an entry; its log-probability and the top-k alternatives (values; ids where no near tie makes them uncertain)
+match the oracle's row; greedy draws are the
 first alternative; a sampled stream (temperature, top-p) reports the raw model distribution, not the filtered
 one; requests without logprobs get none, also beside requests with them, and their tokens do not change.
 """
@@ -12,6 +13,11 @@ import pytest
 
 from tensorfold.engine import SamplingParams
 from tensorfold.engine.logprobs import FLOOR, token_entry
+
+# The engine prefills prompts in prompt mode and the oracle steps them: float32 rounding differs. Measured on this
+# tiny model over 40 random prompts and chunkings: at most 3.6e-4 in a log-probability. A row taken from the wrong
+# position is off by units.
+TOL = 2e-3
 
 
 def _oracle_rows(ref, prompt, out):
@@ -65,11 +71,12 @@ def test_logprobs_match_the_step_loop(make_engine, ref, valid_vocab, k):
         for row, tok, (t, lp, top) in zip(_oracle_rows(ref, prompt, out), out, ent):
             ls = _log_softmax(row, valid_vocab)
             assert t == tok
-            assert abs(lp - max(FLOOR, ls[tok])) <= 1e-4, (name, lp, ls[tok])
+            assert abs(lp - max(FLOOR, ls[tok])) <= TOL, (name, lp, ls[tok])
             assert len(top) == k
-            order = sorted(range(valid_vocab), key=lambda i: (-ls[i], i))[:k]
-            assert [i for i, _ in top] == order
-            assert np.allclose([v for _, v in top], ls[order], atol=1e-4)
+            order = sorted(range(valid_vocab), key=lambda i: (-ls[i], i))[: k + 1]
+            if k and min(-np.diff(ls[order])) > 2 * TOL:  # no near tie within the top k + 1: the ids are certain
+                assert [i for i, _ in top] == order[:k]
+            assert np.allclose([v for _, v in top], ls[order[:k]], atol=TOL)
             assert all(a[1] >= b[1] for a, b in zip(top, top[1:]))
             if name == "greedy" and k:
                 assert top[0][0] == tok
@@ -139,8 +146,9 @@ def test_prompt_logprobs_match_the_step_loop(make_engine, ref, valid_vocab, chun
         for i in range(1, len(prompt)):
             t, lp, top = plp[i]
             ls = _log_softmax(rows[i - 1], valid_vocab)
-            # prompt-mode rows against the oracle's step-mode rows: float32 rounding, 1e-4 + 2e-5 relative
-            assert t == prompt[i] and abs(lp - ls[prompt[i]]) <= 1e-4 + 2e-5 * abs(ls[prompt[i]]), (name, i)
-            assert [a for a, _ in top] == sorted(range(valid_vocab), key=lambda j: (-ls[j], j))[:k]
+            assert t == prompt[i] and abs(lp - ls[prompt[i]]) <= TOL, (name, i)
+            order = sorted(range(valid_vocab), key=lambda j: (-ls[j], j))[: k + 1]
+            if k and min(-np.diff(ls[order])) > 2 * TOL:
+                assert [a for a, _ in top] == order[:k]
     # the scored request that also generates: same tokens as greedy from the prompt, with their logprobs
     assert got["both"]["ids"] == make_engine(parallel=1).generate(prompt, plain)

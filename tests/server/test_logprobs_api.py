@@ -3,9 +3,9 @@ and streamed, on the shared server (embedded default model, cpu backend).
 
 Oracle: the default model's ReferenceModel run here over the prompt ids (from /tokenize, one prompt forward), then
 stepped with greedy argmax (no engine or server code), its rows turned into log-softmax in float64 over the valid
-vocabulary; the token strings come from the tokenizer's own bytes of the oracle's ids. Tolerance 1e-3 on
-log-probabilities: the engine prefills the prompt in chunks, so its float32 logits differ from the oracle's in the
-last bits (2.5e-4 seen).
+vocabulary; the token strings come from the tokenizer's own bytes of the oracle's ids. Tolerance TOL on
+log-probabilities: the engine prefills the prompt in prompt mode (chunks), the oracle steps it, and float32 rounds
+differently (at most 2.5e-3 over 40 random prompts on this model; a row from the wrong position is off by units).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import requests
 
 WORDS = "the quick brown fox jumps over lazy dog river capital numbers answer small keys values".split()
 CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
+TOL = 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,18 @@ def _greedy(oracle, ids, n):
     return out, rows
 
 
+def _agreeing(pieces, ids, rows, tok) -> int:
+    """How many leading tokens the server and the oracle's greedy stream share. They may part only at a near tie
+    (the oracle's top two within 2 TOL: prompt-mode and step-mode float32 differ); asserted, and nothing after a
+    parting is comparable."""
+    for i, (p, t, row) in enumerate(zip(pieces, ids, rows)):
+        if p != _piece(tok, t):
+            top2 = np.sort(row)[-2:]
+            assert top2[1] - top2[0] <= 2 * TOL, (i, p, _piece(tok, t))
+            return i
+    return min(len(pieces), len(ids))
+
+
 def _piece(tok, t):
     return bytes(tok.token_bytes(t)).decode("utf-8", errors="replace")
 
@@ -78,14 +91,14 @@ def test_completion_logprobs_match_the_reference(served, oracle):
     lp = ch["logprobs"]
     ids, rows = _greedy(oracle, _prompt(served, prompt=text), n)
     _, tok, _ = oracle
-    assert lp["tokens"] == [_piece(tok, t) for t in ids]
-    assert np.allclose(lp["token_logprobs"], [row[t] for row, t in zip(rows, ids)], atol=1e-3)
-    for row, top, t in zip(rows, lp["top_logprobs"], ids):
+    m = _agreeing(lp["tokens"], ids, rows, tok)
+    assert np.allclose(lp["token_logprobs"][:m], [row[t] for row, t in zip(rows[:m], ids[:m])], atol=TOL)
+    for row, top, t in zip(rows[:m], lp["top_logprobs"], ids):
         best = np.argsort(-row, kind="stable")[:k]
         assert len(top) <= k and list(top)[0] == _piece(tok, t)  # greedy: the drawn token is the first
-        assert np.allclose(sorted(top.values(), reverse=True), row[best][: len(top)], atol=1e-3)
+        assert np.allclose(sorted(top.values(), reverse=True), row[best][: len(top)], atol=TOL)
     assert lp["text_offset"] == list(np.cumsum([0] + [len(p) for p in lp["tokens"]])[:-1])
-    if not set(ids) & set(tok.special_ids):  # the text skips special tokens; their logprobs entries stay
+    if m == n and not set(ids) & set(tok.special_ids):  # the text skips special tokens; their entries stay
         assert ch["text"] == "".join(lp["tokens"])
 
     # streamed: the same entries, split over chunks, offsets running on
@@ -108,11 +121,12 @@ def test_chat_logprobs_whole_and_streamed(served, oracle):
     ids, rows = _greedy(oracle, _prompt(served, messages=msgs, **kw), 4)
     _, tok, _ = oracle
     assert len(content) == whole["usage"]["completion_tokens"] == 4
-    for e, t, row in zip(content, ids, rows):
+    m = _agreeing([e["token"] for e in content], ids, rows, tok)
+    for e, t, row in zip(content[:m], ids, rows):
         assert e["token"] == _piece(tok, t) and bytes(e["bytes"]) == bytes(tok.token_bytes(t))
-        assert abs(e["logprob"] - row[t]) <= 1e-3
+        assert abs(e["logprob"] - row[t]) <= TOL
         assert len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"]
-        assert np.allclose([a["logprob"] for a in e["top_logprobs"]], np.sort(row)[::-1][:2], atol=1e-3)
+        assert np.allclose([a["logprob"] for a in e["top_logprobs"]], np.sort(row)[::-1][:2], atol=TOL)
     chunks = _sse(requests.post(served.url + CHAT, json={**body, "stream": True}, stream=True))
     streamed = sum((c["choices"][0]["logprobs"]["content"] for c in chunks
                     if c.get("choices") and c["choices"][0].get("logprobs")), [])
@@ -174,7 +188,7 @@ def _prompt_oracle(oracle, ids):
 def test_echo_logprobs_score_the_prompt(served, oracle, max_tokens):
     """Scoring (lm-eval's loglikelihood, vLLM's echo + logprobs): the prompt's tokens come back with their
     log-probabilities (the first null), then max_tokens generated ones; whole and streamed agree. Oracle: the step
-    loop over the prompt ids; 1e-3 + 2e-5 relative (prompt mode against step mode, float32)."""
+    loop over the prompt ids; TOL (prompt mode against step mode, float32)."""
     rng = random.Random()
     text = " ".join(rng.choice(WORDS) for _ in range(7))
     body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "echo": True,
@@ -191,7 +205,7 @@ def test_echo_logprobs_score_the_prompt(served, oracle, max_tokens):
     rows = _prompt_oracle(oracle, ids)
     for i in range(1, n):
         want = rows[i - 1][ids[i]]
-        assert abs(lp["token_logprobs"][i] - want) <= 1e-3 + 2e-5 * abs(want), i
+        assert abs(lp["token_logprobs"][i] - want) <= TOL, i
         assert len(lp["top_logprobs"][i]) == 1
     assert ch["text"].startswith(text) and r.json()["usage"]["completion_tokens"] == max_tokens
     assert lp["text_offset"] == list(np.cumsum([0] + [len(p) for p in lp["tokens"]])[:-1])
