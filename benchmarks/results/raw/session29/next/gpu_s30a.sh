@@ -12,6 +12,7 @@ out_dir s30a
 t0=$SECONDS
 rm -rf /tmp/ck_w15 /tmp/ck_w0 /tmp/tfkc_runtime /tmp/tfkc_kc
 ptest kc 150 tests/kernels/test_gpu_kcache.py &
+ptest eng 240 tests/engine/test_backend_parity_gpu.py &  # logprobs and prompt logprobs, cuda against cpu
 python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_decode as b; b._synth_dir('9b', '/tmp/tfm', print)" \
     > "$R/synth.txt" 2>&1
 wait
