@@ -118,14 +118,16 @@ class DecodeGraphs:
         self._core_stream = glue.core_stream(self.stream, self._core_stream)
         return glue.capture_graph(self._core_stream, launch)
 
+    def _padding_launch(self, b: int) -> None:
+        """The bucket-b step on padding rows only (eager; under ``_precompile.recording`` the launches are noted)."""
+        self.metas[b].write(_padding_batch(b), stream=self.stream)
+        self.run.sample_meta.write([], stream=self.stream)
+        self._launch(b, self.stream)
+
     def capture(self, b: int) -> None:
         """Compile (eager run on padding rows) and capture the bucket-b step graph."""
-        meta = self.metas[b]
-        empty = _padding_batch(b)
         t0 = time.perf_counter()
-        meta.write(empty, stream=self.stream)
-        self.run.sample_meta.write([], stream=self.stream)
-        self._launch(b, self.stream)  # compiles every signature of this shape
+        self._padding_launch(b)  # compiles every signature of this shape
         self.stream.synchronize()
         t1 = time.perf_counter()
         self.graphs[b] = self._build(lambda st: self._launch(b, st))
@@ -227,9 +229,7 @@ class DecodeGraphs:
         try:
             with _precompile.recording() as rec:
                 for b in self.buckets:
-                    self.metas[b].write(_padding_batch(b), stream=self.stream)
-                    self.run.sample_meta.write([], stream=self.stream)
-                    self._launch(b, self.stream)
+                    self._padding_launch(b)
             self.stream.synchronize()
             return _precompile.compile_ahead(rec)
         except Exception as e:  # noqa: BLE001 -- the captures below compile in this process as before

@@ -284,6 +284,8 @@ class Server:
         rlog.update({"id": req.id, "model": req.model, "stream": req.stream, "prompt_tokens": len(req.prompt_ids),
                      "max_tokens": req.max_tokens, "temperature": req.temperature, "seed": req.seed})
         self._admit()
+        if req.logprobs is not None:  # the tokenizer's byte table (~250k entries) is built once, off the event loop
+            await self._in_thread(_warm_token_bytes, self.tokenizer)
         try:
             params = P.make_sampling_params(req)
         except (TypeError, ValueError) as e:
@@ -670,3 +672,14 @@ class _LogprobChunks:
 
     def rest(self) -> bytes:
         return self._frame("content", "") if self._lp else b""
+
+
+def _warm_token_bytes(tok) -> None:
+    """Build the tokenizer's byte table (``token_bytes``' first call) where it has one; errors surface later, per
+    token, where ``protocol._token_piece`` falls back to decoded text."""
+    tb = getattr(tok, "token_bytes", None)
+    if tb is not None and getattr(tok, "_token_bytes", True) is None:
+        try:
+            tb(0)
+        except Exception:  # noqa: BLE001
+            pass
