@@ -21,15 +21,15 @@ Everything falls back to compiling in this process: a worker that fails or is ki
 compile, a dispatcher without a disk cache (``_kcache`` could not make one), the simulator. The kernels that run
 are always the ones this process compiled or loaded through numba's own cache lookup.
 
-``TENSORFOLD_COMPILE_WORKERS``: how many workers, or ``auto`` (the CPUs this process may use, at most 16); unset, 0
-or 1: off. ``TENSORFOLD_COMPILE_LOG=1`` prints each phase to stderr as it ends.
+``TENSORFOLD_COMPILE_WORKERS``: how many workers, or ``auto`` (the default: the CPUs this process may use, at most
+16); 0 or 1: off. ``TENSORFOLD_COMPILE_LOG=1`` prints each phase to stderr as it ends.
 
-Status (session 29): **off by default.** Its first GPU run (9B synth, 15 workers) failed in every worker: numba
-asked the driver for the current context, which a forked child may not do ("CUDA initialized before forking"), and
-the start fell back to compiling here, slower than without workers. ``_child_setup`` now answers those lookups with
-the parent's context object; the compile tier checks it with fakes that fail as the driver does in a child. It has
-not yet run on a GPU: the session's device time was spent. Measured on that run: the 9B step graphs need 29
-kernels, 172.9 s of compiling one at a time (graphs phase of a cold load, workers off, beside another job).
+History: its first GPU run (session 29, 9B synth, 15 workers) failed in every worker: numba asked the driver for the
+current context, which a forked child may not do ("CUDA initialized before forking"). ``_child_setup`` now answers
+those lookups with the parent's context object; the compile tier checks it with fakes that fail as the driver does
+in a child. Session 30, on the H200 (9B synth, empty cache, 15 workers): 30 kernels compiled in 40.3 s and linked
+in 2.5 s; the load took 48.4 s against 175.2 s without workers (session 29), and the GPU test (same bits as an
+in-process compile) passed. On by default since.
 """
 
 from __future__ import annotations
@@ -50,17 +50,16 @@ _STATE = {"installed": False}
 
 
 def workers() -> int:
-    """Worker processes for :func:`compile_ahead` (``TENSORFOLD_COMPILE_WORKERS``; default min(16, CPUs)); 0 when
-    off: the simulator, no ``fork``, or the kernel cache off (the workers' only way to hand kernels back)."""
+    """Worker processes for :func:`compile_ahead` (``TENSORFOLD_COMPILE_WORKERS``; default ``auto``: min(16, CPUs));
+    0 when off: set to 0 or 1, the simulator, no ``fork``, or the kernel cache off (the workers' only way to hand
+    kernels back)."""
     if IS_SIM or not hasattr(os, "fork"):
         return 0
     from . import _kcache
 
     if not _kcache.cache_on():
         return 0
-    v = os.environ.get("TENSORFOLD_COMPILE_WORKERS", "").strip()
-    if not v:
-        return 0  # off by default until a GPU run has proven it (see the module docstring)
+    v = os.environ.get("TENSORFOLD_COMPILE_WORKERS", "").strip() or "auto"
     if v.lower() == "auto":
         try:
             n = len(os.sched_getaffinity(0))
@@ -239,11 +238,15 @@ class Ahead:
         self.link_seconds = 0.0
         self.workers = 0
         self.pool: dict = {}
+        self.loaded_no_cubin = 0  # found on disk without a cubin for this device (linked here, in threads)
+        self.loaded_seconds = 0.0  # reading the found entries, and linking those without a cubin
+        self.module_seconds = 0.0  # loading every kernel's module into the context
 
     def summary(self) -> str:
         return (f"{len(self.compiled)} kernels compiled by {self.workers} workers in {self.pool_seconds:.1f} s, "
-                f"cubins linked in {self.link_seconds:.1f} s, {self.loaded} found in the cache, {self.missing} "
-                f"left to compile here; {self.seconds:.1f} s in all")
+                f"cubins linked in {self.link_seconds:.1f} s, {self.loaded} found in the cache "
+                f"({self.loaded_no_cubin} without a cubin; {self.loaded_seconds:.1f} s), {self.missing} "
+                f"left to compile here, modules loaded in {self.module_seconds:.1f} s; {self.seconds:.1f} s in all")
 
 
 def _link_all(kernels, n: int) -> None:
@@ -271,6 +274,27 @@ def _link_all(kernels, n: int) -> None:
         list(ex.map(link, kernels))
 
 
+def _has_cubin(k) -> bool:
+    """Whether kernel ``k`` holds a cubin for the target a launch here would ask for."""
+    lib = k._codelibrary
+    try:
+        return bool(lib._cubin_cache.get(lib._ensure_cc(None)))
+    except Exception:  # noqa: BLE001 -- cannot tell: treat as linked (its first launch links, as usual)
+        return True
+
+
+def _link_and_save(entries, n: int) -> None:
+    """Link the cubins of ``entries`` ((dispatcher, types, kernel)) in ``n`` threads and save each entry again with
+    its cubin, so that a later start loads it instead of linking."""
+    _link_all([k for _, _, k in entries], n)
+    for d, at, k in entries:
+        if getattr(k._codelibrary, "_cubin_cache", None):
+            try:
+                d._cache.save_overload(at, k)
+            except Exception:  # noqa: BLE001 -- the entry without its cubin stays; still correct
+                pass
+
+
 def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
     """Compile the noted (dispatcher, types) pairs that this process lacks into the disk cache, in ``n`` workers
     (default :func:`workers`), and load them here (with ``link``, their cubins too: that needs a GPU). Pairs already
@@ -290,6 +314,7 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
         if at not in ent[1]:
             ent[1].append(at)
     tasks = []
+    found = []
     for d, sigs in todo.values():
         left = []
         for at in sigs:
@@ -298,9 +323,15 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
                 left.append(at)
             else:
                 d.add_overload(k, at)
+                found.append((d, at, k))
                 res.loaded += 1
         if left:
             tasks.append((d, left))
+    if link and found:  # entries saved before their cubin was linked: link them now in threads, save them again
+        stale = [(d, at, k) for d, at, k in found if not _has_cubin(k)]
+        res.loaded_no_cubin = len(stale)
+        _link_and_save(stale, max(n, 1))
+    res.loaded_seconds = time.time() - t0
     if n >= 2 and len(tasks) >= 2:
         tasks.sort(key=lambda t: -_cost(t[0]))
         sys.stdout.flush()
@@ -309,7 +340,14 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
         t1 = time.time()
         _log(f"{sum(len(t[1]) for t in tasks)} kernels of {len(tasks)} functions to {min(n, len(tasks))} workers "
              f"({res.loaded} found in the cache, {t1 - t0:.1f} s)")
-        res.pool = run_pool(tasks, _compile_to_disk, n, init=_child_setup)
+        quiet = "TOKENIZERS_PARALLELISM" not in os.environ  # else every worker prints tokenizers' fork warning
+        if quiet:
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        try:
+            res.pool = run_pool(tasks, _compile_to_disk, n, init=_child_setup)
+        finally:
+            if quiet:
+                os.environ.pop("TOKENIZERS_PARALLELISM", None)
         res.workers = res.pool["workers"]
         t2 = time.time()
         res.pool_seconds = t2 - t1
@@ -324,15 +362,18 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
                 d.add_overload(k, at)
                 got.append((d, at, k))
         if link:
-            _link_all([k for _, _, k in got], n)
-            for d, at, k in got:
-                if getattr(k._codelibrary, "_cubin_cache", None):
-                    try:
-                        d._cache.save_overload(at, k)
-                    except Exception:  # noqa: BLE001 -- the entry without its cubin stays; still correct
-                        pass
+            _link_and_save(got, n)
         res.link_seconds = time.time() - t2
         _log(f"{len(got)} loaded back, {res.missing} missing, cubins linked and saved in {res.link_seconds:.1f} s")
         res.compiled = [(d, at) for d, at, _ in got]
+        found += got
+    if link:  # load every module now (the eager runs would, one at a time): its own figure in the summary
+        t3 = time.time()
+        for _, _, k in found:
+            try:
+                k._codelibrary.get_cufunc()
+            except Exception:  # noqa: BLE001 -- loaded at its first launch instead
+                pass
+        res.module_seconds = time.time() - t3
     res.seconds = time.time() - t0
     return res
