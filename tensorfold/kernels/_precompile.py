@@ -289,10 +289,25 @@ def _link_and_save(entries, n: int) -> None:
     _link_all([k for _, _, k in entries], n)
     for d, at, k in entries:
         if getattr(k._codelibrary, "_cubin_cache", None):
-            try:
-                d._cache.save_overload(at, k)
-            except Exception:  # noqa: BLE001 -- the entry without its cubin stays; still correct
-                pass
+            _save_entry(d, at, k)
+
+
+def _save_entry(d, at, k) -> None:
+    """``d._cache.save_overload(at, k)`` for a kernel that was loaded from the cache. numba keys the entry by
+    ``k.codegen``, which reads ``k.target_context``; a kernel rebuilt from the cache lacks that attribute, so the save
+    failed with AttributeError (sessions 29-30: every warm start found its entries without cubins and linked them
+    again). It is lent the dispatcher's context for the save only. A failure leaves the entry without its cubin
+    (still correct; linked again at the next start) and is logged."""
+    lent = not hasattr(k, "target_context")
+    if lent:
+        k.target_context = d.targetctx
+    try:
+        d._cache.save_overload(at, k)
+    except Exception as e:  # noqa: BLE001
+        _log(f"saving {getattr(d.py_func, '__name__', d)} with its cubin failed: {type(e).__name__}: {e}")
+    finally:
+        if lent:
+            del k.target_context
 
 
 def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:

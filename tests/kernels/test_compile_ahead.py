@@ -188,6 +188,17 @@ def _worker() -> int:
         d.overloads.pop(at, None)  # as a fresh process would see them: not in memory
     again = _precompile.compile_ahead(recs, n=2, link=False)
     out["again"] = {"compiled": len(again.compiled), "loaded": again.loaded}
+    # an entry loaded from the cache, given a cubin (a stand-in: no driver here to link one), saved again: a fresh
+    # load must bring the cubin back (numba's save reads k.target_context, which a rebuilt kernel lacks)
+    d, at = disp[0]
+    k = d._cache.load_overload(at, d.targetctx)
+    fake = os.urandom(64)
+    k._codelibrary._cubin_cache[(9, 0, "a")] = fake
+    _precompile._link_all = lambda kernels, n: None
+    _precompile._link_and_save([(d, at, k)], 1)
+    k2 = d._cache.load_overload(at, d.targetctx)
+    out["resaved_cubin"] = k2 is not None and k2._codelibrary._cubin_cache.get((9, 0, "a")) == fake
+    out["no_context_left"] = not hasattr(k, "target_context")
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
@@ -208,6 +219,7 @@ def test_compile_ahead_workers_fill_the_cache():
         assert k["on_disk"] and k["ptx_len"] > 1000, k
         assert k["same_ptx"], k
     assert data["again"] == {"compiled": 0, "loaded": 2}, data
+    assert data["resaved_cubin"] and data["no_context_left"], data
 
 
 if __name__ == "__main__":
