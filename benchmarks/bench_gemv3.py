@@ -271,7 +271,7 @@ def main(argv=None):
     commit = os.environ.get("TF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                                                            capture_output=True, text=True).stdout.strip()
     print(f"copy bandwidth {bw:.0f} GB/s, commit {commit}, pdl {int(args.pdl)}, qgemv cmp {Q.cmp_mode()} pre "
-          f"{Q.pre_mode()} xq {int(Q.xq_on())}", flush=True)
+          f"{Q.pre_mode()} xq {int(Q.xq_on())} cmpu {Q.cmp_unroll()}", flush=True)
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c]
     rows = [int(r) for r in args.rows.split(",")]
     res = []
@@ -353,7 +353,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"gemv3_{commit}.json"), "w") as f:
         json.dump(dict(commit=commit, copy_gbs=bw, pdl=args.pdl, cmp=Q.cmp_mode(), pre=Q.pre_mode(), xq=Q.xq_on(),
-                       rows=res), f, indent=1)
+                       cmpu=list(Q.cmp_unroll()), rows=res), f, indent=1)
 
 
 if __name__ == "__main__":

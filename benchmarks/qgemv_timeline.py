@@ -108,9 +108,10 @@ def build(p, glu: bool):
 
     gtimer, smid = _intrinsics()
     nt, xm = 1, Q.xmode(1, p.xh)
-    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
+    cu = Q.cmp_unroll()
+    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{cu[0]}x{cu[1]}"
     src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
-                        True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on())
+                        True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on(), cu)
     src = single_assignment(instrument(src, p.nw))
     glb = {k: getattr(Q, k) for k in ("mma_bf16", "pack_bf16x2", "split_bf16x2", "bf16_to_f32", "_bf_hi", "ld_w1",
                                       "ld_w2", "ld_w4", "ld_cg_f32", "ldg_f32x4_2d", "andor_m4", "andor_m2", "swiglu",
@@ -237,7 +238,7 @@ def main(argv=None):
         print(json.dumps({spec: res}, indent=1), flush=True)
         del sw, tls
     os.makedirs(args.out, exist_ok=True)
-    tag = f"c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
+    tag = f"c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{'x'.join(map(str, Q.cmp_unroll()))}"
     with open(os.path.join(args.out, f"qgemv_timeline_{tag}.json"), "w") as f:
         json.dump(report, f, indent=1)
 

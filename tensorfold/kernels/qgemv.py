@@ -469,7 +469,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False) -> str:
+                pre: int = 1, xq: bool = False, cmpu: tuple = (4, 8)) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -962,7 +962,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
     if cmp == 2:
-        _completion_batched(a, TR, glu)
+        _completion_batched(a, TR, glu, *cmpu)
         return "\n".join(L) + "\n"
     _arrivals(a)
     # lastf is each warp's own, yet block barriers here: warp barriers (bar.warp.sync) made 9B gate + up 28.0 ->
@@ -1023,10 +1023,10 @@ def _arrivals(a, pre=()) -> None:
 
 
 CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials' loads issued together)
-CMP_KU = 8  # ... and partials loaded a round
+CMP_KU = 8  # ... and partials loaded a round (defaults; ``cmp_unroll`` may choose others)
 
 
-def _completion_batched(a, TR: int, glu: bool) -> None:
+def _completion_batched(a, TR: int, glu: bool, EPL: int = CMP_EPL, KU: int = CMP_KU) -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -1037,7 +1037,6 @@ def _completion_batched(a, TR: int, glu: bool) -> None:
     the same bits. (``fence.acq_rel.gpu`` for the two fences instead of ``membar.gl``: 23.1 -> 23.0 us at 9B gate+up,
     within noise; session 27, call 3.)"""
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
-    EPL, KU = CMP_EPL, CMP_KU
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
     a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
     a("            msk = warp_sum_i(isl << lane)")
@@ -1111,7 +1110,7 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None):
+               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
@@ -1121,17 +1120,18 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     if pre >= 2 and not sw:  # the L2 prefetch walks swept runs: MLX-layout kernels keep the default order
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
+    cmpu = cmp_unroll() if cmpu is None else tuple(cmpu)
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp, pre, xq)
+           bool(defer), cmp, pre, xq, cmpu)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
                 + ("_c1" if cmp == 1 and not defer else "") + ("" if pre == 1 else f"_e{pre}") + ("_q" if xq else "")
-                + tag)
+                + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else f"_v{cmpu[0]}x{cmpu[1]}") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
@@ -1156,6 +1156,18 @@ def cmp_mode() -> int:
     completed tiles summed together, ``_completion_batched``) or 1 (one tile at a time, the code before session
     27). The same bits either way."""
     return int(env_choice("TENSORFOLD_GEMV3_CMP", "2", ("1", "2"), "qgemv split-K completion"))
+
+
+def cmp_unroll() -> tuple:
+    """``TENSORFOLD_GEMV3_CMPU`` (read when a kernel is generated): the batched completion's (elements a lane sums
+    at once, chunk partials it loads a round), default ``4x8``. At one row a completed tile has 16 outputs, so 16
+    lanes work and the rest idle, and ks chunks take ceil(ks / 8) L2 round trips one after another (9B down, ks 12:
+    2; 27B down, ks 17: 3). ``2x16`` / ``1x16`` load up to 16 partials a round for the same registers. The adds
+    stay in chunk order: the same bits. Not yet measured on the H200 (session 30 prepared it)."""
+    v = env_choice("TENSORFOLD_GEMV3_CMPU", "4x8", ("4x8", "2x16", "1x16", "4x16", "2x8", "1x32"),
+                   "qgemv completion unroll")
+    e, k = v.split("x")
+    return int(e), int(k)
 
 
 def pre_mode() -> int:
@@ -1195,7 +1207,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on())
+           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -1767,6 +1779,11 @@ def _specs():
     # the x preparation's order before session 28 (opt-in: TENSORFOLD_GEMV3_PRE=1, TENSORFOLD_GEMV3_XQ=0; the
     # specs above take the defaults, PRE=2 + XQ=1), SwiGLU at 1-4 rows
     f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False)
+    specs.append((f, _SIG))
+    hot.add(f.__name__)
+    # the batched completion's other unroll (opt-in, TENSORFOLD_GEMV3_CMPU=2x16) at the 9B down, 1-4 rows
+    pd = plan(4096, 12288, 4, 64)
+    f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(2, 16))
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows

@@ -494,6 +494,12 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32))
     if not glu:
         _check(ys[1], *_ref(x, P, S, B, bits, group))
+    # other unrolls of the batched completion (elements a lane x partials a round): 16 partials cover the 9 chunks
+    # in one round (clamped loads past the last), 2x8 / 1x16 take more passes over the outputs: the same bits
+    for cu in ("2x16", "1x16", "2x8"):
+        y = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": cu}, P, S, B, x, p, glu)
+        assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), cu
+    assert not Q.counters().any()
 
 
 @pytest.mark.parametrize("xh", [0, 1])
