@@ -240,13 +240,12 @@ class Ahead:
         self.pool: dict = {}
         self.loaded_no_cubin = 0  # found on disk without a cubin for this device (linked here, in threads)
         self.loaded_seconds = 0.0  # reading the found entries, and linking those without a cubin
-        self.module_seconds = 0.0  # loading every kernel's module into the context
 
     def summary(self) -> str:
         return (f"{len(self.compiled)} kernels compiled by {self.workers} workers in {self.pool_seconds:.1f} s, "
                 f"cubins linked in {self.link_seconds:.1f} s, {self.loaded} found in the cache "
                 f"({self.loaded_no_cubin} without a cubin; {self.loaded_seconds:.1f} s), {self.missing} "
-                f"left to compile here, modules loaded in {self.module_seconds:.1f} s; {self.seconds:.1f} s in all")
+                f"left to compile here; {self.seconds:.1f} s in all")
 
 
 def _link_all(kernels, n: int) -> None:
@@ -381,14 +380,5 @@ def compile_ahead(records, n: int | None = None, link: bool = True) -> Ahead:
         res.link_seconds = time.time() - t2
         _log(f"{len(got)} loaded back, {res.missing} missing, cubins linked and saved in {res.link_seconds:.1f} s")
         res.compiled = [(d, at) for d, at, _ in got]
-        found += got
-    if link:  # load every module now (the eager runs would, one at a time): its own figure in the summary
-        t3 = time.time()
-        for _, _, k in found:
-            try:
-                k._codelibrary.get_cufunc()
-            except Exception:  # noqa: BLE001 -- loaded at its first launch instead
-                pass
-        res.module_seconds = time.time() - t3
     res.seconds = time.time() - t0
     return res

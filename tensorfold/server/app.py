@@ -675,10 +675,10 @@ class _LogprobChunks:
 
 
 def _warm_token_bytes(tok) -> None:
-    """Build the tokenizer's byte table (``token_bytes``' first call) where it has one; errors surface later, per
-    token, where ``protocol._token_piece`` falls back to decoded text."""
+    """Build the tokenizer's byte table (``token_bytes``' first call; later calls are a lookup) where it has one;
+    errors surface later, per token, where ``protocol._token_piece`` falls back to decoded text."""
     tb = getattr(tok, "token_bytes", None)
-    if tb is not None and getattr(tok, "_token_bytes", True) is None:
+    if tb is not None:
         try:
             tb(0)
         except Exception:  # noqa: BLE001
