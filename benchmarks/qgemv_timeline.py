@@ -98,6 +98,11 @@ def instrument(src: str, nw: int) -> str:
     return "\n".join(out + body) + "\n"
 
 
+def _cu_tag(cu) -> str:
+    """``qgemv.cmp_unroll()``'s value as a name part: ``auto`` or ``EPLxKU``"""
+    return cu if isinstance(cu, str) else f"{cu[0]}x{cu[1]}"
+
+
 def build(p, glu: bool):
     """(kernel, nt): the instrumented register-ring kernel of swept plan ``p`` at one row (xh 2), launch bounds as
     ``qgemv.get_kernel`` gives the one-n-tile kernels."""
@@ -109,7 +114,7 @@ def build(p, glu: bool):
     gtimer, smid = _intrinsics()
     nt, xm = 1, Q.xmode(1, p.xh)
     cu = Q.cmp_unroll()
-    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{cu[0]}x{cu[1]}"
+    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{_cu_tag(cu)}"
     src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
                         True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on(), cu)
     src = single_assignment(instrument(src, p.nw))
@@ -238,7 +243,7 @@ def main(argv=None):
         print(json.dumps({spec: res}, indent=1), flush=True)
         del sw, tls
     os.makedirs(args.out, exist_ok=True)
-    tag = f"c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{'x'.join(map(str, Q.cmp_unroll()))}"
+    tag = f"c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{_cu_tag(Q.cmp_unroll())}"
     with open(os.path.join(args.out, f"qgemv_timeline_{tag}.json"), "w") as f:
         json.dump(report, f, indent=1)
 

@@ -469,7 +469,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu: tuple = (4, 8)) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8)) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -962,7 +962,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
     if cmp == 2:
-        _completion_batched(a, TR, glu, *cmpu)
+        _completion_batched(a, TR, glu, cmpu)
         return "\n".join(L) + "\n"
     _arrivals(a)
     # lastf is each warp's own, yet block barriers here: warp barriers (bar.warp.sync) made 9B gate + up 28.0 ->
@@ -1023,10 +1023,14 @@ def _arrivals(a, pre=()) -> None:
 
 
 CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials' loads issued together)
-CMP_KU = 8  # ... and partials loaded a round (defaults; ``cmp_unroll`` may choose others)
+CMP_KU = 8  # ... and partials loaded a round (the fixed default before session 31)
+CMP_AUTO = "auto"  # the form picked per warp at run time (the default since session 31)
+# (EPL, KU) forms of ``CMP_AUTO`` (plain, SwiGLU): the first whose 32 x EPL covers a warp's outputs. Two a kernel: a
+# third form doubled a kernel's compile time again (SwiGLU 26 -> 97 s on the CI machine, against 46 s for two)
+CMP_AUTO_FORMS = {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))}
 
 
-def _completion_batched(a, TR: int, glu: bool, EPL: int = CMP_EPL, KU: int = CMP_KU) -> None:
+def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -1035,7 +1039,13 @@ def _completion_batched(a, TR: int, glu: bool, EPL: int = CMP_EPL, KU: int = CMP
     (session 27's timeline: the warp that finishes last completes most of its tiles, so the kernel's end trailed its
     last main loop by 4-9 us) and a block barrier a round. The partials are added in chunk order 0..ks-1, as before:
     the same bits. (``fence.acq_rel.gpu`` for the two fences instead of ``membar.gl``: 23.1 -> 23.0 us at 9B gate+up,
-    within noise; session 27, call 3.)"""
+    within noise; session 27, call 3.)
+
+    ``cmpu``: one (elements a lane, partials a round) form, or ``CMP_AUTO``: the form picked per warp at run time from
+    its element count ``nel`` (warp-uniform): of ``CMP_AUTO_FORMS``, the first whose ``32 x EPL`` covers ``nel``. At
+    one row a warp completes 1-4 tiles of 16 (SwiGLU: 8) outputs, so 4 elements a lane left most lanes idle and loaded
+    8 partials a round: 9B down (ks 12) took two L2 round trips, 27B down (ks 17) three."""
+
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
     a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
@@ -1043,8 +1053,23 @@ def _completion_batched(a, TR: int, glu: bool, EPL: int = CMP_EPL, KU: int = CMP
     a("            if msk != 0:")
     a("                cuda.threadfence()")
     a("                nel = cuda.popc(msk) * PT")
-    a(f"                for e0 in range(0, nel, {32 * EPL}):")
-    I = "                    "
+    forms = CMP_AUTO_FORMS[glu] if cmpu == CMP_AUTO else (tuple(cmpu),)
+    for fi, (EPL, KU) in enumerate(forms):
+        ind = "                "
+        if len(forms) > 1:
+            if fi < len(forms) - 1:
+                a(f"{ind}{'if' if fi == 0 else 'elif'} nel <= {32 * EPL}:")
+            else:
+                a(f"{ind}else:")
+            ind += "    "
+        _completion_form(a, ind, TR, TRo, glu, EPL, KU)
+
+
+def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: int) -> None:
+    """One unroll of the batched completion: passes of ``32 x EPL`` outputs, each lane loading ``KU`` chunk partials
+    of each of its ``EPL`` outputs a round before adding any (adds in chunk order)."""
+    a(f"{ind0}for e0 in range(0, nel, {32 * EPL}):")
+    I = ind0 + "    "
     for i in range(EPL):
         a(f"{I}ev = e0 + lane + {32 * i}")
         a(f"{I}ok{i} = ev < nel")
@@ -1120,7 +1145,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     if pre >= 2 and not sw:  # the L2 prefetch walks swept runs: MLX-layout kernels keep the default order
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
-    cmpu = cmp_unroll() if cmpu is None else tuple(cmpu)
+    cmpu = cmp_unroll() if cmpu is None else (CMP_AUTO if cmpu == CMP_AUTO else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
            bool(defer), cmp, pre, xq, cmpu)
     if key not in _KCACHE:
@@ -1129,7 +1154,8 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + (f"_k{kp}" if kp > 1 else "") + ("_glu" if glu else "") + ("_noc" if noc else "")
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
                 + ("_c1" if cmp == 1 and not defer else "") + ("" if pre == 1 else f"_e{pre}") + ("_q" if xq else "")
-                + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else f"_v{cmpu[0]}x{cmpu[1]}") + tag)
+                + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else
+                   "_va" if cmpu == CMP_AUTO else f"_v{cmpu[0]}x{cmpu[1]}") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
@@ -1158,14 +1184,21 @@ def cmp_mode() -> int:
     return int(env_choice("TENSORFOLD_GEMV3_CMP", "2", ("1", "2"), "qgemv split-K completion"))
 
 
-def cmp_unroll() -> tuple:
-    """``TENSORFOLD_GEMV3_CMPU`` (read when a kernel is generated): the batched completion's (elements a lane sums
-    at once, chunk partials it loads a round), default ``4x8``. At one row a completed tile has 16 outputs, so 16
-    lanes work and the rest idle, and ks chunks take ceil(ks / 8) L2 round trips one after another (9B down, ks 12:
-    2; 27B down, ks 17: 3). ``2x16`` / ``1x16`` load up to 16 partials a round for the same registers. The adds
-    stay in chunk order: the same bits. Not yet measured on the H200 (session 30 prepared it)."""
-    v = env_choice("TENSORFOLD_GEMV3_CMPU", "4x8", ("4x8", "2x16", "1x16", "4x16", "2x8", "1x32"),
+def cmp_unroll():
+    """``TENSORFOLD_GEMV3_CMPU`` (read when a kernel is generated): the batched completion's unroll. ``auto`` (the
+    default since session 31, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes
+    (plain: 2x16 up to 64, else 4x8; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); a fixed ``EPLxKU``
+    (elements a lane sums at once x chunk partials it loads a round) forces one form, ``4x8`` the only one before
+    session 31. The adds stay in chunk order: the same bits.
+
+    Measured on the H200 (session 31, call 1; µs at one row, under PDL, plain / SwiGLU): 9B down 4x8 13.9 / 14.7,
+    2x16 12.8 / 13.1, 1x16 12.7 / 12.8; 27B down 21.1 / 21.5, 20.1 / 20.9, 21.0 / 20.0; 9B gate+up SwiGLU 22.7,
+    22.7, 20.1; 27B gate+up SwiGLU 32.5, 33.1, 33.0. At eight rows 2x16 / 1x16 were slower (27B down 32.6 ->
+    35.3 / 40.8). 27B decode with 2x16 everywhere: 146.2 -> 147.9 tok/s at one stream, 766.6 -> 745.0 at eight."""
+    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO, (CMP_AUTO, "4x8", "2x16", "1x16", "4x16", "2x8", "1x32"),
                    "qgemv completion unroll")
+    if v == CMP_AUTO:
+        return CMP_AUTO
     e, k = v.split("x")
     return int(e), int(k)
 
@@ -1781,9 +1814,10 @@ def _specs():
     f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False)
     specs.append((f, _SIG))
     hot.add(f.__name__)
-    # the batched completion's other unroll (opt-in, TENSORFOLD_GEMV3_CMPU=2x16) at the 9B down, 1-4 rows
+    # the batched completion's fixed unroll (opt-in since session 31, TENSORFOLD_GEMV3_CMPU=4x8; the default picks
+    # it per warp) at the 9B down, 1-4 rows
     pd = plan(4096, 12288, 4, 64)
-    f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(2, 16))
+    f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(4, 8))
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows

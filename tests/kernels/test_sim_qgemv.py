@@ -502,6 +502,37 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     assert not Q.counters().any()
 
 
+@pytest.mark.parametrize("glu", [False, True])
+def test_completion_unroll_picked_per_warp(monkeypatch, glu):
+    """The default completion (``TENSORFOLD_GEMV3_CMPU=auto``) picks its unroll per warp from the outputs the warp
+    completes: plain 2x16 up to 64, else 4x8; SwiGLU 1x16 up to 32, else 4x8. One warp owns both tiles of a 2-tile
+    launch, so 1 / 2 / 3 rows complete 32 / 64 / 96 outputs and every form is taken; 9 chunks make the 16-partial
+    forms clamp their loads past the last chunk. Each must give the bits of the one-tile-at-a-time completion
+    (``CMP=1``) and of the fixed 4x8 form, and (plain) match float64."""
+    bits, group, K = 4, 32, 288
+    out, mt = (64, 2) if glu else (32, 1)  # 2 tiles of 16 (SwiGLU: 32 rows, 16 gate / up pairs) outputs
+    P, S, B = _case(bits, group, out, K)
+    p = Q.V3Plan(out, K, bits, group, nw=1, mt=mt, cg=1, u=1, depth=1, blocks=1)
+    forms = Q.CMP_AUTO_FORMS[glu]
+    assert p.ks == 9 and forms == (((1, 16), (4, 8)) if glu else ((2, 16), (4, 8)))
+    picked = set()
+    for R in (1, 2, 3):
+        nel = 2 * R * 16  # two tiles of 16 outputs a row, all completed by the one warp
+        picked.add(next((f for f in forms[:-1] if nel <= 32 * f[0]), forms[-1]))
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        y1 = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "1"}, P, S, B, x, p, glu)
+        y48 = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": "4x8"}, P, S, B, x, p,
+                            glu)
+        ya = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": "auto"}, P, S, B, x, p,
+                           glu)
+        assert np.array_equal(y1.view(np.uint32), ya.view(np.uint32)), R
+        assert np.array_equal(y48.view(np.uint32), ya.view(np.uint32)), R
+        if not glu:
+            _check(ya, *_ref(x, P, S, B, bits, group))
+    assert picked == set(forms)
+    assert not Q.counters().any()
+
+
 @pytest.mark.parametrize("xh", [0, 1])
 def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
     """``TENSORFOLD_GEMV3_PRE=0`` (the first weight loads issued after x's, the x batches unrolled) gives the bits
