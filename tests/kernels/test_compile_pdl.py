@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # its register loads before the wait); "_sw_xz" the swept 1-4-row bf16-x form that one-stream decode launches.
 SAMPLE = (("activations", "silu_mul_fused_k", ""), ("norms", "add_rms_norm_v4", ""),
           ("affine", "qgemv_tc_b4_g64_n1_w4_m2_u4_bf16_p", "ld"),
-          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_q", "ld"),
+          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_q_va", "ld"),
           ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xz_e2_q", "pf"),
           ("delta_rule", "gdn_fused_step", ""), ("attention", "attn_partials_bf16_g4", ""),
           ("sample", "amax_k", ""))

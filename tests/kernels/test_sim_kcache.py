@@ -54,7 +54,13 @@ def test_files_same_bits_written_once(monkeypatch, tmp_path):
     y = np.full((3, out), np.nan, np.float32)
     ws = np.full((plan.ks, 3, out), np.nan, np.float32) if plan.ks > 1 else None
     A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws)
-    assert np.allclose(y, y0, rtol=1e-5, atol=1e-5 * np.abs(y0).max())
+    # both kernels against a float64 product of the dequantized weights: each error within 2e-5 of the row's sum of
+    # |x||w| (observed at most 2.5e-6 over 30 seeds; a comparison of the two kernels to each other at 1e-5 of the
+    # largest output was flaky, since each reorders its sums differently)
+    W = quant.dequantize(P, S, B, bits, group).astype(np.float64)
+    ref, mag = x.astype(np.float64) @ W.T, np.abs(x).astype(np.float64) @ np.abs(W).T
+    for got in (y0, y):
+        assert np.all(np.abs(got - ref) <= 2e-5 * mag)
     assert any(getattr(f, "_tf_file", False) for f in A._KCACHE.values() if callable(f) and hasattr(f, "__code__"))
 
 
