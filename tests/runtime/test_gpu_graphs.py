@@ -112,3 +112,53 @@ def test_tree_graph_replay_equals_eager(run2b):
         T += 4
         _caches_equal(run, 3, 7, T)
     print("\ntree verify graph (1 x 8, sampled) replayed twice + commit == eager tree + commit, bit for bit")
+
+
+def test_verify_graph_factors(run2b):
+    """Which factor of the tree test makes a replay differ from eager (session 32: the sampled tree graph's logits
+    differed from the eager tree's at rep 0 by ~4 %, while the step-window graphs were bit-equal): an unsampled
+    tree graph, the sampled tree graph, a verify window (chain, unsampled) graph, each against the eager forward of
+    the same batch on another slot; and the eager tree's root row against an eager one-row verify (the same keys,
+    the same state: bit-equal by the kernels' contracts), which says which side is wrong; and the two slots' caches
+    after their shared prompt batch. Every comparison runs before the assertion, and the message lists all that
+    differ."""
+    from tensorfold.engine.backend import SampleRow
+    from tensorfold.runtime import forward as F
+    from tensorfold.runtime.graphs import DecodeGraphs
+
+    run = run2b
+    rng = np.random.default_rng(33)
+    dg = DecodeGraphs(run, 4)
+    for s in (3, 7):
+        run.caches.reset(s)
+    P = _ids(rng, 57)
+    T = len(P)
+    run.forward(F.prompt_batch([(3, P, 0), (7, P, 0)]), logits=False)
+    V = run.c.vocab_size
+    ids, par = _ids(rng, 6), [-1, 0, 0, 2, 2, 4]
+    bad = []
+    try:  # the two slots after one prompt batch (the tree test checks the caches only after its commits)
+        _caches_equal(run, 3, 7, T)
+    except AssertionError as e:
+        bad.append(f"caches after the prompt: {e}")
+
+    def cmp(name, a, b):
+        if not np.array_equal(a, b):
+            bad.append(f"{name}: max |diff| {float(np.abs(a - b).max()):.4g}")
+
+    le, _ = run.forward(F.tree_batch([(7, ids, par, T)]))
+    l1, _ = run.forward(F.window_batch([(7, ids[:1], T)], commit=False))
+    cmp("eager tree root vs eager 1-row verify", le[:1], l1)
+    lg, _ = dg.forward(F.tree_batch([(3, ids, par, T)]))
+    cmp("tree graph (unsampled) vs eager", lg, le)
+    rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, T + 1, V)] * 6
+    ls, ts = dg.forward(F.tree_batch([(3, ids, par, T)]), rows)
+    cmp("tree graph (sampled) vs eager", ls, le)
+    if [int(t) for t in ts] != [int(np.argmax(r)) for r in ls]:
+        bad.append("sampled tree graph: greedy ids != argmax of its logits")
+    lw, _ = dg.forward(F.window_batch([(3, ids, T)], commit=False))
+    lwe, _ = run.forward(F.window_batch([(7, ids, T)], commit=False))
+    cmp("verify window graph vs eager", lw, lwe)
+    cmp("eager verify window row 0 vs eager 1-row verify", lwe[:1], l1)
+    assert dg.capture_error is None, dg.capture_error
+    assert not bad, "; ".join(bad)
