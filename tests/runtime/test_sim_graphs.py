@@ -52,6 +52,50 @@ def test_window_and_tree_graph_path(micro, micro_arena):
     assert set(dg.wmetas) == {(1, 4)}
 
 
+class _Replay:
+    """Stands in for a captured graph in the simulator: a replay runs the captured launch sequence eagerly."""
+
+    def __init__(self, launch):
+        self.launch_fn = launch
+
+    def launch(self, stream):
+        self.launch_fn(0)
+
+
+def test_tree_graph_path_real_kernels(micro, micro_arena, monkeypatch):
+    """The sampled tree-verify path of ``DecodeGraphs`` with the runner's real GEMV and attention kernels (no host
+    stand-ins), including the capture's eager padding launch (a replay is emulated: the simulator cannot capture),
+    against the eager unpadded tree on another slot, bit for bit: logits, greedy ids, and the caches after both
+    commit the same path. A 34-token context puts the tree keys in a row's second attention split. Also the eager
+    tree's root row against an eager one-row verify (tree keys against window keys: the same bits by the
+    attention kernels' contract). Session 32 found the sampled tree graph differing from eager on the H200; this
+    is the simulator's half of that check (the prompt runs on the stand-ins, the same for both slots)."""
+    rng = np.random.default_rng(34)
+    run = make_runner(micro, micro_arena, kv="bf16", slots=4, ctx=48, rows=8, prompt_rows=80)
+    P = [int(x) for x in rng.integers(0, 512, 34)]
+    T = len(P)
+    run.forward(F.prompt_batch([(2, P, 0), (3, P, 0)]), logits=False)
+    monkeypatch.setattr(run, "sim_stand_ins", False)
+    dg = DecodeGraphs(run, 2)
+    dg.use_graphs = True
+    monkeypatch.setattr(dg, "_build", lambda launch: _Replay(launch))
+    ids, par = [int(x) for x in rng.integers(0, 512, 6)], [-1, 0, 0, 2, 2, 4]
+    bt = F.tree_batch([(2, ids, par, T)])
+    rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, T + 1, 512)] * 6
+    lt, tt = dg.forward(bt, rows)
+    assert ("verify", 1, 8, True) in dg.wgraphs and dg.capture_error is None
+    assert np.isfinite(lt).all()
+    assert [int(t) for t in tt] == [int(np.argmax(r)) for r in lt]
+    assert dg.commit(bt, [5]) == [4]  # keeps 0 -> 2 -> 4 -> 5
+    l1, _ = run.forward(F.window_batch([(3, ids[:1], T)], commit=False))
+    be = F.tree_batch([(3, ids, par, T)])
+    le, _ = run.forward(be)
+    assert run.commit(be, [5]) == [4]
+    assert np.array_equal(le[:1], l1)
+    assert np.array_equal(lt, le)
+    _caches_equal(run, 2, 3, T + 4)
+
+
 # ------------------------------------------------------------------------------------------------ decode fast path
 
 
