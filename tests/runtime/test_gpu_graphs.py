@@ -162,3 +162,46 @@ def test_verify_graph_factors(run2b):
     cmp("eager verify window row 0 vs eager 1-row verify", lwe[:1], l1)
     assert dg.capture_error is None, dg.capture_error
     assert not bad, "; ".join(bad)
+
+
+def test_verify_graph_bisect(run2b):
+    """Session 33: the verify graphs (tree and chain window) differ from the eager verify by several logits while
+    the eager forms agree with each other and step-window graphs equal eager. This runs the same tree batch on the
+    same slot through each difference between the two paths, one at a time, and prints which agree:
+    (a) ``Runner.forward`` (R = 6 rows, attention chunk count from the batch), (b) the same launches with no batch
+    (chunk count from the buffers, as a graph has), (c) the batch padded to 8 rows, (d) ``DecodeGraphs`` with
+    graphs off (padded, its own metadata buffers and stream), (e) the captured graph, (f) the captured graph on a
+    second slot holding the same prompt. A verify forward changes no cache, so they may follow each other."""
+    from tensorfold.runtime import forward as F
+    from tensorfold.runtime.graphs import DecodeGraphs
+
+    run = run2b
+    rng = np.random.default_rng(34)
+    for s in (2, 6):
+        run.caches.reset(s)
+    P = _ids(rng, 45)
+    T = len(P)
+    run.forward(F.prompt_batch([(2, P, 0), (6, P, 0)]), logits=False)
+    ids, par = _ids(rng, 6), [-1, 0, 0, 2, 2, 4]
+    tb = F.tree_batch([(6, ids, par, T)])
+    out = {}
+    out["a eager R6"] = run.forward(tb)[0]
+    run.meta.write(tb)
+    run.launch(tb.R, tb.S, tb.R, "verify", all_rows=True)
+    out["b eager R6 no batch"] = run.buf.logits[:6].copy_to_host()
+    out["c eager R8 padded"] = run.forward(tb.pad(8, 1))[0][:6]
+    dge = DecodeGraphs(run, 4, use_graphs=False)
+    out["d DecodeGraphs eager"] = dge.forward(tb)[0]
+    dg = DecodeGraphs(run, 4)
+    out["e graph slot 6"] = dg.forward(tb)[0]
+    out["f graph slot 2"] = dg.forward(F.tree_batch([(2, ids, par, T)]))[0]
+    out["g eager again"] = run.forward(tb)[0]
+    assert dg.capture_error is None, dg.capture_error
+    names = list(out)
+    lines = []
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            d = float(np.abs(out[x] - out[y]).max())
+            lines.append(f"{x:22s} vs {y:22s}: {'EQUAL' if d == 0 else f'max |diff| {d:.4g}'}")
+    print("\n" + "\n".join(lines))
+    assert all(np.array_equal(out[names[0]], out[n]) for n in names[1:]), "\n".join(lines)

@@ -13,6 +13,7 @@ Run with ``NUMBA_ENABLE_CUDASIM=0``; results are printed (``-s``) for the record
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +48,13 @@ def _synth(geom, layers=None):
     from tensorfold.model.checkpoint import load_checkpoint
 
     d = ROOT / (f"synth-{geom}-4bit-g64" + (f"-L{layers}" if layers else ""))
-    if not (d / "config.json").exists():
-        write_synth_any(geom, d, bits=4, group_size=64, layers=layers)
+    if not (d / "config.json").exists():  # written aside and renamed: GPU-tier processes may run side by side
+        tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+        write_synth_any(geom, tmp, bits=4, group_size=64, layers=layers)
+        try:
+            tmp.rename(d)
+        except OSError:  # another process renamed its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
     return load_checkpoint(d)
 
 
