@@ -205,3 +205,55 @@ def test_verify_graph_bisect(run2b):
             lines.append(f"{x:22s} vs {y:22s}: {'EQUAL' if d == 0 else f'max |diff| {d:.4g}'}")
     print("\n" + "\n".join(lines))
     assert all(np.array_equal(out[names[0]], out[n]) for n in names[1:]), "\n".join(lines)
+
+
+def test_verify_graph_pdl_kernels(run2b, monkeypatch):
+    """Session 33 call 2: the verify graphs equal eager with TENSORFOLD_PDL=0 or TENSORFOLD_SWEPT=0 and differ (not
+    reproducibly: two replays of one batch differ too) otherwise: a race under programmatic dependent launch. For
+    each PDL-aware kernel of the verify forward, by name: the tree graph with that kernel alone launched plainly,
+    and with that kernel alone given the PDL attribute, each captured afresh and replayed three times against the
+    eager tree. Prints the table; fails while the default graph differs."""
+    from tensorfold.kernels import _pdl
+    from tensorfold.runtime import forward as F
+    from tensorfold.runtime.graphs import DecodeGraphs
+
+    run = run2b
+    rng = np.random.default_rng(35)
+    for s in (1, 5):
+        run.caches.reset(s)
+    P = _ids(rng, 50)
+    T = len(P)
+    run.forward(F.prompt_batch([(1, P, 0), (5, P, 0)]), logits=False)
+    ids, par = _ids(rng, 6), [-1, 0, 0, 2, 2, 4]
+    tb = F.tree_batch([(5, ids, par, T)])
+    le = run.forward(tb)[0]
+    orig = _pdl.aware
+    aware_names = set()
+
+    def trial(plain_if, reps=3):
+        def aw(f):
+            n = getattr(f, "__name__", "?")
+            ok = orig(f)
+            if ok:
+                aware_names.add(n)
+            return ok and not plain_if(n)
+
+        monkeypatch.setattr(_pdl, "aware", aw)
+        dg = DecodeGraphs(run, 4)
+        d = []
+        for _ in range(reps):
+            lg = dg.forward(tb)[0]
+            d.append(float(np.abs(lg - le).max()))
+        assert dg.capture_error is None, dg.capture_error
+        monkeypatch.setattr(_pdl, "aware", orig)
+        return "EQUAL" if max(d) == 0 else "diff " + "/".join(f"{x:.3g}" for x in d)
+
+    n0 = _pdl.launches()
+    base = trial(lambda n: False)
+    lines = [f"default (every aware kernel PDL, {_pdl.launches() - n0} PDL launches): {base}",
+             f"every kernel plain: {trial(lambda n: True)}"]
+    for name in sorted(aware_names):
+        lines.append(f"{name[:60]:60s} plain alone: {trial(lambda n, k=name: n == k):28s} "
+                     f"PDL alone: {trial(lambda n, k=name: n != k)}")
+    print("\n" + "\n".join(lines))
+    assert base == "EQUAL", "\n".join(lines)
