@@ -21,9 +21,15 @@ What lives here
 - ``ldg_u32x4(arr, i) -> (u0, u1, u2, u3)``: one 16-byte ``ld.global.nc.v4.u32`` of ``arr[i:i+4]`` (arr a 1-d
   uint32 device array; ``i`` a multiple of 4 and the array's base 16-byte aligned: device allocations are 256-byte
   aligned, so row starts of C-contiguous arrays whose row length in words is a multiple of 4 qualify).
-  ``ldg_u32x4_2d(arr, r, i)`` does the same on a row of a 2-d C-contiguous array; ``ldg_f32x4_2d(arr, r, i)``
-  the same for float32 (``ld.global.nc`` is only for data no thread of the same launch writes). Simulator: four
+  ``ldg_u32x4_2d(arr, r, i)`` does the same on a row of a 2-d C-contiguous array (both for weights);
+  ``ldg_f32x4_2d(arr, r, i)`` the same for float32 activations with a coherent ``ld.global.v4.f32``. Simulator: four
   plain loads.
+- **No ``.nc`` load of anything a kernel writes** (activations, caches, logits, partial sums): ``ld.global.nc``
+  promises the data is read-only for the kernel's whole lifetime, and under programmatic dependent launch
+  (``kernels._pdl``) a kernel's lifetime overlaps its predecessor's writes, so ptxas may schedule such a load above
+  ``griddepcontrol.wait``. Session 33 (H200): the 2B LM head (``qgemv3 ..._sw_xh``, whose x addresses depend only on
+  its parameters) read stale x in the verify graphs, whose head directly follows the final RMSNorm; its x loads
+  were ``.nc``. Weights (never written by a kernel) keep ``.nc``.
 
 Reference mirrored: ``tensorfold.model.bf16`` (bf16), ``tensorfold.reference.kv8`` (e4m3).
 No launch geometry of its own (device functions only).
@@ -539,12 +545,12 @@ if not IS_SIM:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    def _make_ldg_v4(ndim, elt, ptx_type, reg):
-        """An intrinsic ``f(arr, *idx) -> 4-tuple``: one 16-byte ``ld.global.nc.v4`` of ``arr[idx..., i:i+4]``
-        for a C-contiguous ``ndim``-d array of ``elt`` (the last index a multiple of 4, the address 16-byte aligned).
-        """
+    def _make_ldg_v4(ndim, elt, ptx_type, reg, nc=True):
+        """An intrinsic ``f(arr, *idx) -> 4-tuple``: one 16-byte ``ld.global.nc.v4`` (``nc=False``: a coherent
+        ``ld.global.v4``, kept in program order by LLVM) of ``arr[idx..., i:i+4]`` for a C-contiguous ``ndim``-d
+        array of ``elt`` (the last index a multiple of 4, the address 16-byte aligned)."""
         lt = ir.FloatType() if reg == "f" else ir.IntType(32)
-        text = f"ld.global.nc.v4.{ptx_type} {{$0, $1, $2, $3}}, [$4];"
+        text = f"ld.global{'.nc' if nc else ''}.v4.{ptx_type} {{$0, $1, $2, $3}}, [$4];"
         cons = ",".join([f"={reg}"] * 4) + ",l"
 
         def typer(typingctx, arr, *idx):
@@ -559,7 +565,8 @@ if not IS_SIM:
                 idxs = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
                 ary = context.make_array(arrty)(context, builder, value=args[0])
                 ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
-                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([lt] * 4), [ptr.type]), text, cons)
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([lt] * 4), [ptr.type]), text, cons,
+                                   side_effect=not nc)
                 res = builder.call(asm, [ptr])
                 vals = [builder.extract_value(res, k) for k in range(4)]
                 return context.make_tuple(builder, sig.return_type, vals)
@@ -575,7 +582,7 @@ if not IS_SIM:
         return _make_ldg_v4(2, types.uint32, "u32", "r")(typingctx, arr, r, i)
 
     def _ldg_f32x4_2(typingctx, arr, r, i):
-        return _make_ldg_v4(2, types.float32, "f32", "f")(typingctx, arr, r, i)
+        return _make_ldg_v4(2, types.float32, "f32", "f", nc=False)(typingctx, arr, r, i)
 
     # numba's @intrinsic reads the typer's parameter names, hence the fixed-arity wrappers above
     ldg_u32x4 = intrinsic(_ldg_u32x4_1)

@@ -500,7 +500,10 @@ if not IS_SIM:
         st = _ir.LiteralStructType([ty] * n)
         regs = ", ".join(f"${k}" for k in range(n))
         cons = ",".join([("=f" if kind == "f32" else "=r")] * n) + ",l"
-        asm = _ir.InlineAsm(_ir.FunctionType(st, [ptr.type]), f"ld.global.nc.v{n}.{kind} {{{regs}}}, [${n}];", cons)
+        # f32 words are activations (x): a coherent load in program order, never ``.nc`` (``_device``'s PDL rule)
+        nc = "" if kind == "f32" else ".nc"
+        asm = _ir.InlineAsm(_ir.FunctionType(st, [ptr.type]), f"ld.global{nc}.v{n}.{kind} {{{regs}}}, [${n}];", cons,
+                            side_effect=kind == "f32")
         res = builder.call(asm, [ptr])
         return [builder.extract_value(res, k) for k in range(n)]
 

@@ -144,8 +144,9 @@ if not IS_SIM:
         return cuda.shfl_sync(FULL_MASK, v, src)
 
     def _make_ldv(nw, ndim):
-        """``ld.global.nc.v{nw}.u32`` of the 4*nw bytes at ``&arr[i0, .., i{ndim-1}]`` (any dtype; the address
-        must be 4*nw-byte aligned) -> UniTuple(uint32, nw)."""
+        """A coherent ``ld.global.v{nw}.u32`` of the 4*nw bytes at ``&arr[i0, .., i{ndim-1}]`` (any dtype; the
+        address must be 4*nw-byte aligned) -> UniTuple(uint32, nw). Not ``.nc``: q, the cache rows and the partials
+        are written by the kernel before this one, which may still run under PDL (``_device``'s rule)."""
 
         def _typer(arr, idx):
             if not (isinstance(arr, types.Array) and arr.ndim == ndim):
@@ -162,8 +163,8 @@ if not IS_SIM:
             i32 = ir.IntType(32)
             st = ir.LiteralStructType([i32] * nw)
             regs = ", ".join(f"${k}" for k in range(nw))
-            asm = ir.InlineAsm(ir.FunctionType(st, [ptr.type]), f"ld.global.nc.v{nw}.u32 {{{regs}}}, [${nw}];",
-                               ",".join(["=r"] * nw) + ",l")
+            asm = ir.InlineAsm(ir.FunctionType(st, [ptr.type]), f"ld.global.v{nw}.u32 {{{regs}}}, [${nw}];",
+                               ",".join(["=r"] * nw) + ",l", side_effect=True)
             res = builder.call(asm, [ptr])
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(nw)])
 

@@ -238,7 +238,8 @@ if not IS_SIM:
 
     @intrinsic
     def ldg_f32x2_2d(typingctx, arr, r, i):
-        """``arr[r, i:i+2]`` of a 2-d C-contiguous float32 array (i even) in one 8-byte ``ld.global.nc.v2``."""
+        """``arr[r, i:i+2]`` of a 2-d C-contiguous float32 array (i even) in one coherent 8-byte ``ld.global.v2``
+        (activations: no ``.nc``, ``_device``'s rule)."""
         if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
             return None
         if not (isinstance(r, types.Integer) and isinstance(i, types.Integer)):
@@ -251,7 +252,7 @@ if not IS_SIM:
             ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, ii, wraparound=False)
             f = ir.FloatType()
             asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([f, f]), [ptr.type]),
-                               "ld.global.nc.v2.f32 {$0, $1}, [$2];", "=f,=f,l")
+                               "ld.global.v2.f32 {$0, $1}, [$2];", "=f,=f,l", side_effect=True)
             res = builder.call(asm, [ptr])
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(2)])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -27,6 +28,7 @@ SAMPLE = (("activations", "silu_mul_fused_k", ""), ("norms", "add_rms_norm_v4", 
           ("affine", "qgemv_tc_b4_g64_n1_w4_m2_u4_bf16_p", "ld"),
           ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_q_va", "ld"),
           ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xz_e2_q", "pf"),
+          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xh_e2_q_va", "pf"),
           ("delta_rule", "gdn_fused_step", ""), ("attention", "attn_partials_bf16_g4", ""),
           ("sample", "amax_k", ""))
 
@@ -55,7 +57,7 @@ def _worker() -> int:
             return 0
         fn, sig = hit
         fn = getattr(fn, "py_func", fn)
-        rec = {"kernel": name, "aware": _pdl.aware(fn)}
+        rec = {"kernel": name, "module": modname, "aware": _pdl.aware(fn)}
         for on, cc in ((True, (9, 0)), (False, (8, 0))):
             _device.pdl_target(on)
             tc._STATE["dev"].compute_capability = cc
@@ -66,6 +68,8 @@ def _worker() -> int:
             if gemv and on:
                 il = ptx.find("ld.global.nc" if gemv == "ld" else "prefetch.global.L2")
                 rec[key]["load_before_wait"] = 0 <= il < iw
+            # the .nc loads by type: weights only (u32 words; a norm's f32 weight), never activations (_device's rule)
+            rec[key]["nc"] = sorted(set(re.findall(r"ld\.global\.nc(?:\.v\d)?\.(\w+)", ptx)))
             rep = tc._run_ptxas(ptx, cc)
             rec[key]["ptxas"] = None if rep is None else (rep["error"] if "error" in rep else "ok")
         out.append(rec)
@@ -89,6 +93,10 @@ def test_pdl_forms_sm90():
             assert r[k]["ptxas"] in (None, "ok"), r
         if "load_before_wait" in r["sm90"]:
             assert r["sm90"]["load_before_wait"], r
+        # session 33: a .nc load of x let ptxas read it before griddepcontrol.wait (stale x in the 2B verify graphs'
+        # LM head). Only weights may be read through .nc: u32 words in the GEMVs, f32 norm weights in the norms.
+        allowed = {"u32"} if r["module"] in ("affine", "qgemv") else {"f32"} if r["module"] == "norms" else set()
+        assert set(r["sm90"]["nc"]) <= allowed, f"{r['kernel']}: .nc loads of {r['sm90']['nc']} (allowed {allowed})"
 
 
 if __name__ == "__main__":
