@@ -10,7 +10,10 @@ first weight loads before that wait, so they overlap the previous kernel's tail.
 A kernel is *aware* when its code names ``_device.pdl_wait`` or ``pdl_begin`` (its contract: every block waits before its first read
 of activations or metadata and its first global write; weights may be read before, and so may data that no kernel
 of the same graph writes before it: the recurrent kernels of ``delta_rule`` load the segment metadata and the
-committed state first, both written only by host copies or by earlier forwards). Only aware kernels are given
+committed state first, both written only by host copies or by earlier forwards). Whatever the previous kernel may
+write is read with coherent loads, never ``ld.global.nc``: that form promises read-only data for the kernel's whole
+lifetime, so ptxas may issue it before the wait (session 33: the 2B LM head read stale x in verify graphs; the
+rule is in ``_device``'s docstring, the compile tier checks it). Only aware kernels are given
 the attribute, and only inside ``scope()`` (``glue.capture_graph`` opens it). An unaware kernel is launched the
 usual way and waits for the complete previous kernel, so a chain stays ordered: a kernel's completion implies its
 wait returned, hence that its predecessor completed.
