@@ -33,6 +33,19 @@ def _caches_equal(run, a, b, n):
     assert np.array_equal(k[:, a, :n], k[:, b, :n]) and np.array_equal(v[:, a, :n], v[:, b, :n]), "K/V differ"
 
 
+def _same_prompt_tree(run, seed, slots, n):
+    """Reset ``slots``, give each the same random prompt of ``n`` tokens in one prompt batch, and draw a 6-row tree
+    (root, two children of it, two of the second, one of the fourth) -> (prompt length, ids, parents)."""
+    from tensorfold.runtime import forward as F
+
+    rng = np.random.default_rng(seed)
+    for s in slots:
+        run.caches.reset(s)
+    P = _ids(rng, n)
+    run.forward(F.prompt_batch([(s, P, 0) for s in slots]), logits=False)
+    return len(P), _ids(rng, 6), [-1, 0, 0, 2, 2, 4]
+
+
 @pytest.fixture(scope="module")
 def run2b():
     from tensorfold.runtime.arena import Arena
@@ -176,13 +189,7 @@ def test_verify_graph_bisect(run2b):
     from tensorfold.runtime.graphs import DecodeGraphs
 
     run = run2b
-    rng = np.random.default_rng(34)
-    for s in (2, 6):
-        run.caches.reset(s)
-    P = _ids(rng, 45)
-    T = len(P)
-    run.forward(F.prompt_batch([(2, P, 0), (6, P, 0)]), logits=False)
-    ids, par = _ids(rng, 6), [-1, 0, 0, 2, 2, 4]
+    T, ids, par = _same_prompt_tree(run, 34, (2, 6), 45)
     tb = F.tree_batch([(6, ids, par, T)])
     out = {}
     out["a eager R6"] = run.forward(tb)[0]
@@ -218,13 +225,7 @@ def test_verify_graph_pdl_kernels(run2b, monkeypatch):
     from tensorfold.runtime.graphs import DecodeGraphs
 
     run = run2b
-    rng = np.random.default_rng(35)
-    for s in (1, 5):
-        run.caches.reset(s)
-    P = _ids(rng, 50)
-    T = len(P)
-    run.forward(F.prompt_batch([(1, P, 0), (5, P, 0)]), logits=False)
-    ids, par = _ids(rng, 6), [-1, 0, 0, 2, 2, 4]
+    T, ids, par = _same_prompt_tree(run, 35, (1, 5), 50)
     tb = F.tree_batch([(5, ids, par, T)])
     le = run.forward(tb)[0]
     orig = _pdl.aware
