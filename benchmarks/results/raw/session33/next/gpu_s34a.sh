@@ -12,7 +12,7 @@ python3 -c "
 from tests.runtime.test_gpu_runtime import _synth
 _synth('2b'); _synth('9b', layers=4); _synth('27b', layers=4)" > "$R/synth.txt" 2>&1
 echo "== synth at $((SECONDS - t0)) s"
-ptest large 420 tests/runtime/test_gpu_graphs_large.py -s &
+ptest large 420 tests/runtime/test_gpu_graphs_large.py tests/runtime/test_gpu_graphs.py -s &
 ptest runtime_rest 420 tests/runtime/test_gpu_runtime.py -k "swept or deferred" &
 ptest gpu_qgemv 480 tests/kernels/test_gpu_qgemv.py tests/kernels/test_gpu_glu.py &
 wait
