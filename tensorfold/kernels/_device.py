@@ -81,6 +81,12 @@ def _sim_active() -> bool:
 
 
 IS_SIM: bool = _sim_active()
+
+if not IS_SIM:  # numba's front end, faster on big generated kernels (same IR; _fastlive says how and why)
+    from . import _fastlive
+
+    _fastlive.install()
+
 FULL_MASK = 0xFFFFFFFF
 
 if IS_SIM:
