@@ -24,6 +24,9 @@ What lives here
   ``ldg_u32x4_2d(arr, r, i)`` does the same on a row of a 2-d C-contiguous array (both for weights);
   ``ldg_f32x4_2d(arr, r, i)`` the same for float32 activations with a coherent ``ld.global.v4.f32``. Simulator: four
   plain loads.
+- For other modules' load intrinsics (GPU only): ``asm_vec_load(builder, ptr, n, "f32" | "u32", nc)`` emits the one
+  vector load every module uses (affine's flat loads, attention's q / cache / partial loads, the prompt GEMM's x
+  sums), so the rule below lives in one place; ``item_ptr`` is the pointer to ``arr[idx...]`` in a codegen.
 - **No ``.nc`` load of anything a kernel writes** (activations, caches, logits, partial sums): ``ld.global.nc``
   promises the data is read-only for the kernel's whole lifetime, and under programmatic dependent launch
   (``kernels._pdl``) a kernel's lifetime overlaps its predecessor's writes, so ptxas may schedule such a load above
@@ -551,13 +554,30 @@ if not IS_SIM:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    def _make_ldg_v4(ndim, elt, ptx_type, reg, nc=True):
+    def item_ptr(context, builder, arrty, arr, idx_types, idx_vals):
+        """The LLVM pointer to ``arr[idx...]`` (no wraparound, no bounds check) inside an intrinsic's codegen."""
+        idxs = [context.cast(builder, v, t, types.intp) for v, t in zip(idx_vals, idx_types)]
+        ary = context.make_array(arrty)(context, builder, value=arr)
+        return cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
+
+    def asm_vec_load(builder, ptr, n, ptx_type, nc):
+        """One vector load ``ld.global[.nc].v{n}.{ptx_type}`` (``f32`` or ``u32``) at ``ptr`` -> n LLVM values.
+        The one builder for every kernel module's vector loads, so that the PDL rule is applied in one place:
+        ``nc=True`` only for weights (nothing writes them while a kernel runs). ``nc=False`` is a coherent load,
+        marked side-effecting so that LLVM keeps it after ``griddepcontrol.wait`` (ptxas may issue a ``.nc`` load
+        before the wait, session 33)."""
+        reg, lt = ("f", ir.FloatType()) if ptx_type == "f32" else ("r", ir.IntType(32))
+        regs = ", ".join(f"${k}" for k in range(n))
+        asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([lt] * n), [ptr.type]),
+                           f"ld.global{'.nc' if nc else ''}.v{n}.{ptx_type} {{{regs}}}, [${n}];",
+                           ",".join([f"={reg}"] * n) + ",l", side_effect=not nc)
+        res = builder.call(asm, [ptr])
+        return [builder.extract_value(res, k) for k in range(n)]
+
+    def _make_ldg_v4(ndim, elt, ptx_type, nc=True):
         """An intrinsic ``f(arr, *idx) -> 4-tuple``: one 16-byte ``ld.global.nc.v4`` (``nc=False``: a coherent
         ``ld.global.v4``, kept in program order by LLVM) of ``arr[idx..., i:i+4]`` for a C-contiguous ``ndim``-d
         array of ``elt`` (the last index a multiple of 4, the address 16-byte aligned)."""
-        lt = ir.FloatType() if reg == "f" else ir.IntType(32)
-        text = f"ld.global{'.nc' if nc else ''}.v4.{ptx_type} {{$0, $1, $2, $3}}, [$4];"
-        cons = ",".join([f"={reg}"] * 4) + ",l"
 
         def typer(typingctx, arr, *idx):
             if not (isinstance(arr, types.Array) and arr.ndim == ndim and arr.dtype == elt):
@@ -567,28 +587,21 @@ if not IS_SIM:
             sig = types.UniTuple(elt, 4)(arr, *idx)
 
             def codegen(context, builder, sig, args):
-                arrty = sig.args[0]
-                idxs = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
-                ary = context.make_array(arrty)(context, builder, value=args[0])
-                ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
-                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([lt] * 4), [ptr.type]), text, cons,
-                                   side_effect=not nc)
-                res = builder.call(asm, [ptr])
-                vals = [builder.extract_value(res, k) for k in range(4)]
-                return context.make_tuple(builder, sig.return_type, vals)
+                ptr = item_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+                return context.make_tuple(builder, sig.return_type, asm_vec_load(builder, ptr, 4, ptx_type, nc))
 
             return sig, codegen
 
         return typer
 
     def _ldg_u32x4_1(typingctx, arr, i):
-        return _make_ldg_v4(1, types.uint32, "u32", "r")(typingctx, arr, i)
+        return _make_ldg_v4(1, types.uint32, "u32")(typingctx, arr, i)
 
     def _ldg_u32x4_2(typingctx, arr, r, i):
-        return _make_ldg_v4(2, types.uint32, "u32", "r")(typingctx, arr, r, i)
+        return _make_ldg_v4(2, types.uint32, "u32")(typingctx, arr, r, i)
 
     def _ldg_f32x4_2(typingctx, arr, r, i):
-        return _make_ldg_v4(2, types.float32, "f32", "f", nc=False)(typingctx, arr, r, i)
+        return _make_ldg_v4(2, types.float32, "f32", nc=False)(typingctx, arr, r, i)
 
     # numba's @intrinsic reads the typer's parameter names, hence the fixed-arity wrappers above
     ldg_u32x4 = intrinsic(_ldg_u32x4_1)

@@ -486,9 +486,10 @@ def _tc_supported(bits: int, group: int, inp: int) -> bool:
 
 
 if not IS_SIM:
-    from llvmlite import ir as _ir
     from numba import types as _types
     from numba.cuda.extending import intrinsic as _intrinsic
+
+    from ._device import asm_vec_load
 
     def _flat_ptr(context, builder, arrty, a, off, offty):
         ary = context.make_array(arrty)(context, builder, value=a)
@@ -496,16 +497,8 @@ if not IS_SIM:
         return builder.gep(ary.data, [off])
 
     def _vec_load(builder, ptr, n, kind):
-        ty = _ir.FloatType() if kind == "f32" else _ir.IntType(32)
-        st = _ir.LiteralStructType([ty] * n)
-        regs = ", ".join(f"${k}" for k in range(n))
-        cons = ",".join([("=f" if kind == "f32" else "=r")] * n) + ",l"
-        # f32 words are activations (x): a coherent load in program order, never ``.nc`` (``_device``'s PDL rule)
-        nc = "" if kind == "f32" else ".nc"
-        asm = _ir.InlineAsm(_ir.FunctionType(st, [ptr.type]), f"ld.global{nc}.v{n}.{kind} {{{regs}}}, [${n}];", cons,
-                            side_effect=kind == "f32")
-        res = builder.call(asm, [ptr])
-        return [builder.extract_value(res, k) for k in range(n)]
+        # f32 words are activations (x): coherent; u32 words are weights: .nc (``_device.asm_vec_load``)
+        return asm_vec_load(builder, ptr, n, kind, nc=kind != "f32")
 
     def _make_flat_vec(n, kind, dtype):
         @_intrinsic

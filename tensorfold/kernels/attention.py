@@ -130,10 +130,10 @@ def _nth_bit(mask, t):
 # ----------------------------------------------------------------------------------------------------------------
 
 if not IS_SIM:
-    from llvmlite import ir
     from numba import types
-    from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
+
+    from tensorfold.kernels._device import asm_vec_load, item_ptr
 
     @devfn
     def _shx(v, off):
@@ -156,17 +156,8 @@ if not IS_SIM:
             return types.UniTuple(types.uint32, nw)(arr, *idx)
 
         def codegen(context, builder, sig, args):
-            arrty = sig.args[0]
-            idxs = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], sig.args[1:])]
-            ary = context.make_array(arrty)(context, builder, value=args[0])
-            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
-            i32 = ir.IntType(32)
-            st = ir.LiteralStructType([i32] * nw)
-            regs = ", ".join(f"${k}" for k in range(nw))
-            asm = ir.InlineAsm(ir.FunctionType(st, [ptr.type]), f"ld.global.v{nw}.u32 {{{regs}}}, [${nw}];",
-                               ",".join(["=r"] * nw) + ",l", side_effect=True)
-            res = builder.call(asm, [ptr])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(nw)])
+            ptr = item_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            return context.make_tuple(builder, sig.return_type, asm_vec_load(builder, ptr, nw, "u32", nc=False))
 
         if ndim == 4:
             @intrinsic

@@ -89,6 +89,8 @@ if not IS_SIM:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
+    from ._device import asm_vec_load, item_ptr
+
     _I32 = ir.IntType(32)
     _V4 = ir.VectorType(_I32, 4)
 
@@ -247,14 +249,8 @@ if not IS_SIM:
         sig = types.UniTuple(types.float32, 2)(arr, r, i)
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
-            ii = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
-            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, ii, wraparound=False)
-            f = ir.FloatType()
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([f, f]), [ptr.type]),
-                               "ld.global.v2.f32 {$0, $1}, [$2];", "=f,=f,l", side_effect=True)
-            res = builder.call(asm, [ptr])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(2)])
+            ptr = item_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            return context.make_tuple(builder, sig.return_type, asm_vec_load(builder, ptr, 2, "f32", nc=False))
 
         return sig, codegen
 
