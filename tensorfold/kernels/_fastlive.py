@@ -33,6 +33,7 @@ numba-cuda has that layout (otherwise it changes nothing); ``_device`` installs 
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections import defaultdict, deque
 
@@ -157,6 +158,13 @@ def _make_run_ssa(orig_run):
     return run_ssa
 
 
+def _params(fn) -> tuple:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
+
+
 def installed() -> bool:
     return _STATE["installed"]
 
@@ -177,6 +185,12 @@ def install() -> bool:
         return False
     names = ("_run_block_rewrite", "_run_ssa", "_FreshVarHandler", "_FixSSAVars")
     if not all(hasattr(ssa, n) for n in names) or not hasattr(ir, "Block"):
+        return False
+    # the functions replaced or wrapped must still take the arguments they took when this was written (numba-cuda
+    # 0.30.4); a release that changes them is left alone rather than guessed at
+    if (_params(orig) != ("cfg", "blocks", "var_use_map", "var_def_map")
+            or _params(ssa._run_block_rewrite) != ("blocks", "states", "handler")
+            or _params(ssa._run_ssa) != ("blocks",)):
         return False
     _STATE["original"] = (orig, ssa._run_block_rewrite, ssa._run_ssa)
     analysis.compute_live_map = compute_live_map
