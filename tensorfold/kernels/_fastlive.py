@@ -81,7 +81,7 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
                     work.append(s)
                     queued.add(s)
 
-    live = {b: use[b] if b in use else bits(var_use_map[b]) for b in blocks.keys()}
+    live = {b: use[b] for b in blocks.keys()}
     work = deque(reversed(list(live)))
     queued = set(work)
     while work:
@@ -146,14 +146,12 @@ def _make_ssa_rewrite(orig_rewrite, handlers, ir):
 
 
 def _make_run_ssa(orig_run):
-    def run_ssa(blocks):
-        saved = dict(_NAMES)
+    def run_ssa(blocks):  # the names cache lives for one reconstruction (it holds that function's blocks)
         _NAMES.clear()
         try:
             return orig_run(blocks)
         finally:
             _NAMES.clear()
-            _NAMES.update(saved)
 
     return run_ssa
 
@@ -170,8 +168,8 @@ def installed() -> bool:
 
 
 def install() -> bool:
-    """Use :func:`compute_live_map` in numba-cuda's front end; False where it cannot (another layout) or where
-    ``TENSORFOLD_FAST_LIVENESS=0``."""
+    """Use :func:`compute_live_map` and the SSA rewrite in numba-cuda's front end; False where it cannot (another
+    layout) or where ``TENSORFOLD_FAST_LIVENESS=0``."""
     if _STATE["installed"]:
         return True
     if os.environ.get("TENSORFOLD_FAST_LIVENESS", "1").strip() == "0":
@@ -202,7 +200,7 @@ def install() -> bool:
 
 
 def uninstall() -> None:
-    """Put numba's own function back (tests compare the two)."""
+    """Put numba's own functions back (tests compare the two)."""
     if not _STATE["installed"]:
         return
     from numba.cuda.core import analysis, ir_utils, ssa

@@ -249,6 +249,21 @@ def _format(results) -> str:
     return "\n".join(lines)
 
 
+def find_spec(modname: str, name: str):
+    """For a compile worker: ``(py_function, signature)`` of the ``COMPILE_SPECS`` entry named ``name`` in
+    ``tensorfold.kernels.<modname>``; None after printing a ``missing`` line (a renamed kernel: a default switch
+    changed) that lists what the module has."""
+    import importlib
+
+    mod = importlib.import_module(f"tensorfold.kernels.{modname}")
+    hit = next(((f, s) for f, s in mod.COMPILE_SPECS if getattr(f, "__name__", "") == name), None)
+    if hit is None:
+        have = sorted(getattr(f, "__name__", "?") for f, _ in mod.COMPILE_SPECS)
+        print(json.dumps({"missing": name, "have": have}))
+        return None
+    return getattr(hit[0], "py_func", hit[0]), hit[1]
+
+
 def run_worker(path: str, drop_env=()) -> dict:
     """Run ``path --worker`` in a fresh process (no simulator, no kernel disk cache: generated sources are exec'd
     as before, no files in the user's cache) and return the JSON of its last ``{`` line; skips the test when the

@@ -41,22 +41,16 @@ def _worker() -> int:
     if err:
         print(json.dumps({"skip": err}))
         return 0
-    import importlib
-
     from numba import cuda
 
     from tensorfold.kernels import _device, _pdl
 
     out = []
     for modname, name, gemv in SAMPLE:
-        mod = importlib.import_module(f"tensorfold.kernels.{modname}")
-        hit = next(((f, s) for f, s in mod.COMPILE_SPECS if getattr(f, "__name__", "") == name), None)
-        if hit is None:  # a renamed kernel (a default switch changed): say which, and what the module has
-            names = sorted(getattr(f, "__name__", "?") for f, _ in mod.COMPILE_SPECS)
-            print(json.dumps({"missing": name, "have": names}))
+        hit = tc.find_spec(modname, name)
+        if hit is None:
             return 0
         fn, sig = hit
-        fn = getattr(fn, "py_func", fn)
         rec = {"kernel": name, "module": modname, "aware": _pdl.aware(fn)}
         for on, cc in ((True, (9, 0)), (False, (8, 0))):
             _device.pdl_target(on)
