@@ -34,7 +34,7 @@ print(n if v > 1.005 * b else "")
 PY
 )
 echo "== best: '${best}'"
-left=$((540 - (SECONDS - t0)))
+left=$((515 - (SECONDS - t0)))
 if [ -n "$best" ] && [ $left -gt 120 ]; then
     [ "$best" = v1 ] && E="$V1" || E="$V2"
     env "$E" TENSORFOLD_CACHE_DIR=/tmp/tfkc timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
