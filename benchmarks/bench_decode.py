@@ -340,8 +340,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
             if len(sets) > 1:  # kernel switches read when a kernel is made: drop the graphs, recapture under env
                 _restore_env(saved)  # a set names only what it changes: the others are back at the process's values
                 os.environ.update(env)
-                be.graphs.graphs.clear()
-                be.graphs.wgraphs.clear()
+                be.graphs.clear()
             lab = f"decode [{tag}] round {rnd + 1}" if len(sets) > 1 else "decode"
             for n in streams:
                 slots, toks = start_streams(be, n, rng, decode_prompt)

@@ -261,8 +261,7 @@ class CudaBackend(Backend):
         try:
             self.stream.synchronize()
         finally:
-            self.graphs.graphs.clear()
-            self.graphs.wgraphs.clear()
+            self.graphs.clear()
             self.graphs._core_stream = None
             self.runner._pgraphs.clear()
             self.runner._core_stream = self.runner._core_for = None

@@ -15,6 +15,13 @@ graph per shape serves both) are separate graphs. A verify replay leaves its log
 real rows' indices, so ``DecodeGraphs.commit`` (the runner's eager ``commit``) follows it like an eager verify.
 A shape beyond the buffers (R above the runner's logged rows) runs eagerly.
 
+Greedy graphs (session 35): where every row of a step, window or tree is greedy (temperature <= 0 as float32,
+the sampler's own test), the replayed graph ends in the one-launch argmax (``glue.launch_argmax``: the sampler's
+first kernel, ``amax_k``, told that every row is greedy) instead of the sampler's eight launches. ``amax_k`` writes
+a greedy row's id the same way in both, so the ids are the same bit for bit; the seven skipped launches only serve
+sampled rows. Such graphs are captured on first use, like windows (``ggraphs``; window keys end in "argmax").
+``TENSORFOLD_GREEDY_GRAPHS=0`` (read at each step) keeps every row on the sampler form.
+
 Host side of a decode step (``step`` / ``step_list``, ``fast_step`` on): the bucket's pinned ``Meta`` rows are
 written in place (``Meta.write_step``: only the per-stream fields; the layout that depends on the row count is
 rewritten when it changes), the sampler knobs with one conversion (``SampleMeta.write_fast``), each host array
@@ -36,6 +43,7 @@ except the capture itself.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -45,7 +53,7 @@ from tensorfold.kernels._device import IS_SIM
 from tensorfold.runtime import glue
 from tensorfold.runtime.forward import _D2D, _D2H, MAX_WINDOW, Batch, Meta, step_batch
 
-__all__ = ["DecodeGraphs", "buckets_for", "WINDOW_BUCKETS"]
+__all__ = ["DecodeGraphs", "buckets_for", "WINDOW_BUCKETS", "all_greedy"]
 
 WINDOW_BUCKETS = (2, 4, 8, MAX_WINDOW)  # rows per stream of the window / tree graphs
 
@@ -53,6 +61,18 @@ WINDOW_BUCKETS = (2, 4, 8, MAX_WINDOW)  # rows per stream of the window / tree g
 def _event():
     """A CUDA event without timing (the cheaper one to synchronise on); the simulator's takes no arguments."""
     return cuda.event() if IS_SIM else cuda.event(timing=False)
+
+
+def all_greedy(rows) -> bool:
+    """Whether every ``SampleRow`` of ``rows`` is greedy as the device sampler decides it: its temperature, stored
+    as float32, is not above zero (NaN included). Then the argmax launch gives the sampler's ids."""
+    return bool(rows) and all(not (np.float32(r.temperature) > 0) for r in rows)
+
+
+def _argmax_form(rows) -> bool:
+    """Whether a step / window / tree of these rows replays the argmax form (policy: ``all_greedy`` and the
+    ``TENSORFOLD_GREEDY_GRAPHS`` switch, on unless "0"). The ids are the same either way."""
+    return os.environ.get("TENSORFOLD_GREEDY_GRAPHS", "1").strip() != "0" and all_greedy(rows)
 
 
 def buckets_for(n_max: int) -> list[int]:
@@ -75,9 +95,10 @@ class DecodeGraphs:
         self.use_graphs = use_graphs and not IS_SIM
         self.valid_vocab = valid_vocab or runner.c.vocab_size
         self.metas = {b: Meta(b, b) for b in self.buckets}
-        self.graphs: dict = {}
+        self.graphs: dict = {}  # bucket -> step graph ending in the sampler
+        self.ggraphs: dict = {}  # bucket -> step graph ending in the argmax (every row greedy)
         self.wmetas: dict = {}  # (b, w) -> Meta of b * w rows, b segments (shared by the step and verify graphs)
-        self.wgraphs: dict = {}  # (mode, b, w, sampled) -> graph
+        self.wgraphs: dict = {}  # (mode, b, w, sampled) -> graph; sampled: False, True (sampler) or "argmax"
         self._wfailed: set = set()  # window shapes whose capture failed (they run eagerly)
         self._core_stream = None
         self.capture_error = None
@@ -99,9 +120,14 @@ class DecodeGraphs:
         if not valid_vocab or int(valid_vocab) == self.valid_vocab:
             return False
         self.valid_vocab = int(valid_vocab)
-        self.graphs.clear()
-        self.wgraphs.clear()
+        self.clear()
         return True
+
+    def clear(self) -> None:
+        """Drop every captured graph (steps, greedy steps, windows, trees); they are recaptured on use."""
+        self.graphs.clear()
+        self.ggraphs.clear()
+        self.wgraphs.clear()
 
     def bucket(self, n: int) -> int:
         for b in self.buckets:
@@ -109,29 +135,41 @@ class DecodeGraphs:
                 return b
         raise ValueError(f"decode: {n} streams exceed {self.buckets[-1]}")
 
-    def _launch(self, b, stream):
-        self.run.launch(b, b, b, "step", sample=self.run.sample_meta, meta=self.metas[b],
-                        valid_vocab=self.valid_vocab, all_rows=True, stream=stream)
+    def _launch(self, b, stream, greedy=False):
+        self.run.launch(b, b, b, "step", sample=None if greedy else self.run.sample_meta, argmax=greedy,
+                        meta=self.metas[b], valid_vocab=self.valid_vocab, all_rows=True, stream=stream)
 
     def _build(self, launch):
         """Capture ``launch(stream)`` (already run eagerly once: everything compiled) into an uploaded graph."""
         self._core_stream = glue.core_stream(self.stream, self._core_stream)
         return glue.capture_graph(self._core_stream, launch)
 
-    def _padding_launch(self, b: int) -> None:
+    def _padding_launch(self, b: int, greedy: bool = False) -> None:
         """The bucket-b step on padding rows only (eager; under ``_precompile.recording`` the launches are noted)."""
         self.metas[b].write(_padding_batch(b), stream=self.stream)
         self.run.sample_meta.write([], stream=self.stream)
-        self._launch(b, self.stream)
+        self._launch(b, self.stream, greedy)
 
-    def capture(self, b: int) -> None:
-        """Compile (eager run on padding rows) and capture the bucket-b step graph."""
+    def capture(self, b: int, greedy: bool = False) -> None:
+        """Compile (eager run on padding rows) and capture the bucket-b step graph (``greedy``: the argmax form)."""
         t0 = time.perf_counter()
-        self._padding_launch(b)  # compiles every signature of this shape
+        self._padding_launch(b, greedy)  # compiles every signature of this shape
         self.stream.synchronize()
         t1 = time.perf_counter()
-        self.graphs[b] = self._build(lambda st: self._launch(b, st))
-        self.capture_seconds[b] = (t1 - t0, time.perf_counter() - t1)
+        (self.ggraphs if greedy else self.graphs)[b] = self._build(lambda st: self._launch(b, st, greedy))
+        if not greedy:
+            self.capture_seconds[b] = (t1 - t0, time.perf_counter() - t1)
+
+    def _step_graph(self, b: int, greedy: bool):
+        """The bucket-b step graph of that form, captured now if missing (the caller rewrites the static inputs
+        afterwards: the capture's padding run overwrote them); None without graphs."""
+        if not self.use_graphs:
+            return None
+        g = (self.ggraphs if greedy else self.graphs).get(b)
+        if g is None:
+            self.capture(b, greedy)
+            g = (self.ggraphs if greedy else self.graphs)[b]
+        return g
 
     # ---------------------------------------------------------------------------------------------- windows / trees
 
@@ -148,8 +186,10 @@ class DecodeGraphs:
 
     def _wlaunch(self, mode, b, w, sampled, stream):
         R = b * w
-        self.run.launch(R, b, R, mode, sample=self.run.sample_meta if sampled else None, meta=self.wmetas[b, w],
-                        valid_vocab=self.valid_vocab, all_rows=True, stream=stream)
+        argmax = sampled == "argmax"
+        self.run.launch(R, b, R, mode, sample=self.run.sample_meta if sampled and not argmax else None,
+                        argmax=argmax, meta=self.wmetas[b, w], valid_vocab=self.valid_vocab, all_rows=True,
+                        stream=stream)
 
     def _wcapture(self, key) -> None:
         mode, b, w, sampled = key
@@ -177,6 +217,8 @@ class DecodeGraphs:
         sampled = sample_rows is not None
         if sampled:
             self.use_vocab(sample_rows[0].valid_vocab if sample_rows else None)
+            if _argmax_form(sample_rows):
+                sampled = "argmax"
         if (b, w) not in self.wmetas:
             self.wmetas[b, w] = Meta(R, b)
         meta = self.wmetas[b, w]
@@ -188,7 +230,7 @@ class DecodeGraphs:
                 self.capture_error = f"window {key}: {type(e).__name__}: {e}"
                 self._wfailed.add(key)
         meta.write(batch.pad(R, b), stream=self.stream)
-        if sampled:
+        if sampled is True:
             self.run.sample_meta.write(list(sample_rows), stream=self.stream)
         if self.use_graphs and key in self.wgraphs:
             self.wgraphs[key].launch(self._core_stream)
@@ -258,19 +300,16 @@ class DecodeGraphs:
         self._pipe_last = None  # a later chained launch_step must not take its ids from before this step
         self.use_vocab(rows[0].valid_vocab if rows else None)
         st = self.stream
+        greedy = _argmax_form(rows)
         meta, sm = self.metas[b], self.run.sample_meta
+        g = self._step_graph(b, greedy)
         meta.write_step(slots, ids, lens, stream=st)
-        sm.write_fast(rows, stream=st)
-        g = self.graphs.get(b) if self.use_graphs else None
-        if self.use_graphs and g is None:
-            self.capture(b)
-            meta.write_step(slots, ids, lens, stream=st)
+        if not greedy:
             sm.write_fast(rows, stream=st)
-            g = self.graphs[b]
         if g is not None:
             g.launch(self._core_stream)
         else:
-            self._launch(b, st)
+            self._launch(b, st, greedy)
         self._tok_copy(n, st)
         st.synchronize()
         return n
@@ -281,17 +320,16 @@ class DecodeGraphs:
         self._pipe_last = None
         self.use_vocab(rows[0].valid_vocab if rows else None)
         batch = step_batch(slots, ids, lens).pad(b, b)
+        greedy = _argmax_form(rows)
         meta = self.metas[b]
+        g = self._step_graph(b, greedy)
         meta.write(batch, stream=self.stream)
-        self.run.sample_meta.write(rows, stream=self.stream)
-        if self.use_graphs and b not in self.graphs:
-            self.capture(b)
-            meta.write(batch, stream=self.stream)
+        if not greedy:
             self.run.sample_meta.write(rows, stream=self.stream)
-        if self.use_graphs:
-            self.graphs[b].launch(self._core_stream)
+        if g is not None:
+            g.launch(self._core_stream)
         else:
-            self._launch(b, self.stream)
+            self._launch(b, self.stream, greedy)
         out = self.run.buf.tok[:n].copy_to_host(stream=self.stream)
         self.stream.synchronize()
         return out
@@ -324,15 +362,17 @@ class DecodeGraphs:
             p["d2h"] = [_D2H(self.run.buf.tok, h) for h in p["tok"]]
             p["keep"] = _D2D(p["prev"], self.run.buf.tok)
         st = self.stream
+        greedy = _argmax_form(rows)
         meta, sm = self.metas[b], self.run.sample_meta
-        if self.use_graphs and b not in self.graphs:
+        if self.use_graphs and b not in (self.ggraphs if greedy else self.graphs):
             st.synchronize()  # launches in flight may still read the pinned staging buffers capture rewrites
             p["staged_ok"] = True
-            self.capture(b)
+            self.capture(b, greedy)
         if not p["staged_ok"]:
             p["staged"].synchronize()  # the previous launch's host -> device copies have left the pinned buffers
         meta.write_step(slots, [0] * n if chain else ids, lens, stream=st)
-        sm.write_fast(rows, stream=st)
+        if not greedy:
+            sm.write_fast(rows, stream=st)
         p["staged"].record(st)
         p["staged_ok"] = False
         if chain:
@@ -341,9 +381,9 @@ class DecodeGraphs:
                 cp = p[("chain", b)] = _D2D(meta.view("ids"), p["prev"])
             cp(n, st)
         if self.use_graphs:
-            self.graphs[b].launch(self._core_stream)
+            (self.ggraphs if greedy else self.graphs)[b].launch(self._core_stream)
         else:
-            self._launch(b, st)
+            self._launch(b, st, greedy)
         p["keep"](n, st)
         k = p["k"] % 2
         p["d2h"][k](n, st)

@@ -4,8 +4,8 @@
 Oracle: the runner's eager, unpadded forward of the same batch on another slot holding the same prompt. Checked
 bit for bit: a committed window (mode step) replayed from its graph for 1 stream (bucket 1 x 8, three padding
 rows) and for 3 streams of different window lengths and context lengths (bucket 4 x 16), logits and the caches
-afterwards; a tree verify replayed with greedy device sampling (ids = argmax), then committed, against the eager
-tree + commit; and a second replay of each captured graph (new tokens) against eager again. The graphs must
+afterwards; a tree verify replayed with device sampling (the sampler form at top-k 1, then the argmax form for
+greedy rows: ids = argmax), then committed, against the eager tree + commit; and a second replay of each captured graph (new tokens) against eager again. The graphs must
 really be captured (``use_graphs`` stays on, no capture error).
 """
 
@@ -113,10 +113,15 @@ def test_tree_graph_replay_equals_eager(run2b):
         ids = _ids(rng, 6)
         par = [-1, 0, 0, 2, 2, 4]
         gb = F.tree_batch([(3, ids, par, T)])
+        # the sampler form (temperature 1, top-k 1: the argmax id drawn through all eight sampler launches), then
+        # greedy rows, which replay the argmax form (one launch); a verify replay leaves the caches as they were
+        ls, ts = dg.forward(gb, [SampleRow(1.0, 1, 1.0, 0.0, 3, T + 1, V)] * 6)
+        assert ("verify", 1, 8, True) in dg.wgraphs, dg.capture_error
         rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, T + 1, V)] * 6
         lg, tg = dg.forward(gb, rows)
-        assert ("verify", 1, 8, True) in dg.wgraphs, dg.capture_error
-        assert [int(t) for t in tg] == [int(np.argmax(r)) for r in lg]
+        assert ("verify", 1, 8, "argmax") in dg.wgraphs, dg.capture_error
+        assert np.array_equal(ls, lg), f"rep {rep}: sampler-form tree graph != argmax-form logits"
+        assert [int(t) for t in tg] == [int(np.argmax(r)) for r in lg] == [int(t) for t in ts]
         assert dg.commit(gb, [5]) == [4]  # keeps 0 -> 2 -> 4 -> 5
         eb = F.tree_batch([(7, ids, par, T)])
         le, _ = run.forward(eb)

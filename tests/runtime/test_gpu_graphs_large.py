@@ -4,8 +4,9 @@ layers so that a run stays short): ``pytest -m gpu tests/runtime/test_gpu_graphs
 Why (session 33): at 2B the LM head was the only bandwidth GEMV (qgemv3, swept layout), and its ``.nc`` x loads
 raced the RMSNorm before it in verify graphs under PDL. At 9B and 27B every decode linear is a qgemv3 launch, so
 the graphs of these geometries are where such a race would show first. Oracle: the eager forward of the same
-batch on another slot holding the same prompt, bit for bit: step graphs for 1 and 3 streams (two steps, the
-second a replay), a committed 5-row window graph, and a 6-row tree verify graph (unsampled and greedy-sampled)."""
+batch on another slot holding the same prompt, bit for bit: step graphs for 1 and 3 streams in both forms (greedy
+rows: the argmax form; temperature 1 at top-k 1: the sampler form; two steps each, the second a replay), a
+committed 5-row window graph, and a 6-row tree verify graph (unsampled, greedy, and top-k 1 sampled)."""
 
 from __future__ import annotations
 
@@ -45,10 +46,12 @@ def test_graphs_equal_eager_large(geom):
         if not np.array_equal(a, b):
             bad.append(f"{name}: max |diff| {float(np.abs(a - b).max()):.4g}")
 
-    for rep in range(2):  # steps: the first call captures, the second replays
+    # steps: greedy rows (the argmax form of the step graph), then temperature 1 at top-k 1 (the sampler form, the
+    # argmax id drawn through its eight launches); each form's first call captures, its second replays
+    for rep, (temp, topk) in enumerate(((0.0, 0), (0.0, 0), (1.0, 1), (1.0, 1))):
         for n in (1, 3):
             ids = _ids(rng, n)
-            rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, lens[s] + 1, V) for s in range(n)]
+            rows = [SampleRow(temp, topk, 1.0, 0.0, 7, lens[s] + 1, V) for s in range(n)]
             tg = dg.step(list(range(n)), ids, lens[:n], rows)
             lg = dg.logits(n)
             le, te = run.forward(F.step_batch([s + 4 for s in range(n)], ids, lens[:n]), argmax=True,
@@ -67,11 +70,16 @@ def test_graphs_equal_eager_large(geom):
     lt, _ = dg.forward(F.tree_batch([(1, ids, par, lens[1])]))
     lte, _ = run.forward(F.tree_batch([(5, ids, par, lens[1])]))
     cmp("tree verify graph", lt, lte)
-    ls, ts = dg.forward(F.tree_batch([(1, ids, par, lens[1])]), [SampleRow(0.0, 0, 1.0, 0.0, 0, lens[1] + 1, V)] * 6)
-    cmp("tree verify graph, sampled", ls, lte)
-    if [int(t) for t in ts] != [int(np.argmax(r)) for r in ls]:
-        bad.append("sampled tree graph: greedy ids != argmax of its logits")
+    for form, row in (("greedy (argmax form)", SampleRow(0.0, 0, 1.0, 0.0, 0, lens[1] + 1, V)),
+                      ("top-k 1 (sampler form)", SampleRow(1.0, 1, 1.0, 0.0, 3, lens[1] + 1, V))):
+        ls, ts = dg.forward(F.tree_batch([(1, ids, par, lens[1])]), [row] * 6)
+        cmp(f"tree verify graph, {form}", ls, lte)
+        if [int(t) for t in ts] != [int(np.argmax(r)) for r in ls]:
+            bad.append(f"tree graph, {form}: ids != argmax of its logits")
+    if not {("verify", 1, 8, True), ("verify", 1, 8, "argmax")} <= set(dg.wgraphs):
+        bad.append(f"tree graphs captured: {sorted(map(str, dg.wgraphs))}")
     assert dg.capture_error is None, dg.capture_error
+    assert set(dg.ggraphs) == set(dg.graphs) == {1, 4}, (sorted(dg.ggraphs), sorted(dg.graphs))
     for s in range(3):
         _caches_equal(run, s, s + 4, lens[s])
     print(f"\n{geom} (4 layers): step graphs (1, 3 streams, twice), window and tree graphs == eager: "

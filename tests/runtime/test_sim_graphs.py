@@ -81,11 +81,16 @@ def test_tree_graph_path_real_kernels(micro, micro_arena, monkeypatch):
     monkeypatch.setattr(dg, "_build", lambda launch: _Replay(launch))
     ids, par = [int(x) for x in rng.integers(0, 512, 6)], [-1, 0, 0, 2, 2, 4]
     bt = F.tree_batch([(2, ids, par, T)])
+    # the sampler form first (temperature 1, top-k 1: drawn through the sampler's launches, the argmax id), then
+    # greedy rows, which take the argmax form (glue.launch_argmax); verify graphs leave the caches as they were
+    ls, ts = dg.forward(bt, [SampleRow(1.0, 1, 1.0, 0.0, 9, T + 1, 512)] * 6)
+    assert ("verify", 1, 8, True) in dg.wgraphs and dg.capture_error is None
     rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, T + 1, 512)] * 6
     lt, tt = dg.forward(bt, rows)
-    assert ("verify", 1, 8, True) in dg.wgraphs and dg.capture_error is None
+    assert ("verify", 1, 8, "argmax") in dg.wgraphs and dg.capture_error is None
     assert np.isfinite(lt).all()
-    assert [int(t) for t in tt] == [int(np.argmax(r)) for r in lt]
+    assert np.array_equal(ls, lt)
+    assert [int(t) for t in tt] == [int(np.argmax(r)) for r in lt] == [int(t) for t in ts]
     assert dg.commit(bt, [5]) == [4]  # keeps 0 -> 2 -> 4 -> 5
     l1, _ = run.forward(F.window_batch([(3, ids[:1], T)], commit=False))
     be = F.tree_batch([(3, ids, par, T)])
@@ -242,14 +247,70 @@ def test_decode_sample_checks():
 
 
 def test_use_vocab_drops_every_graph_table(micro):
-    """A new sampler bound (captured into every graph) drops the step AND the window / tree graphs."""
+    """A new sampler bound (captured into every graph) drops the step graphs (sampler and argmax forms) AND the
+    window / tree graphs."""
     from tensorfold.runtime.backend import CudaBackend
 
     be = CudaBackend(micro.tensors, micro.config, parallel=2, context=16, kv_cache="bf16", prompt_rows=8,
                      progress=False)
     g = be.graphs
     vv = g.valid_vocab
-    g.graphs[1], g.wgraphs[("step", 1, 2, True)] = object(), object()
-    assert not g.use_vocab(vv) and not g.use_vocab(None) and g.graphs and g.wgraphs
+    g.graphs[1], g.ggraphs[1], g.wgraphs[("step", 1, 2, True)] = object(), object(), object()
+    assert not g.use_vocab(vv) and not g.use_vocab(None) and g.graphs and g.ggraphs and g.wgraphs
     assert g.use_vocab(vv - 7) and g.valid_vocab == vv - 7
-    assert not g.graphs and not g.wgraphs
+    assert not g.graphs and not g.ggraphs and not g.wgraphs
+
+
+def test_all_greedy_is_the_samplers_test(monkeypatch):
+    """``all_greedy`` calls a row greedy exactly where the device sampler does (its float32 temperature is not
+    above zero, NaN included); a tiny positive temperature that float32 rounds to zero is greedy there too.
+    ``TENSORFOLD_GREEDY_GRAPHS=0`` keeps greedy rows on the sampler form."""
+    from tensorfold.runtime.graphs import _argmax_form, all_greedy
+
+    def r(t):
+        return SampleRow(t, 0, 1.0, 0.0, 0, 1, 512)
+
+    assert all_greedy([r(0.0), r(-1.0), r(float("nan")), r(1e-46)])
+    assert not all_greedy([r(0.0), r(1e-3)]) and not all_greedy([r(2.0)]) and not all_greedy([])
+    monkeypatch.delenv("TENSORFOLD_GREEDY_GRAPHS", raising=False)
+    assert _argmax_form([r(0.0)]) and not _argmax_form([r(0.0), r(0.5)])
+    monkeypatch.setenv("TENSORFOLD_GREEDY_GRAPHS", "0")
+    assert not _argmax_form([r(0.0)])
+
+
+def test_greedy_steps_take_the_argmax_graph(micro, micro_arena, monkeypatch):
+    """All-greedy steps replay the argmax form of the step graph (``ggraphs``: ``glue.launch_argmax`` in place of
+    the sampler's eight launches). Two streams stepped four times through ``DecodeGraphs.step`` (fast path, then the
+    generic one; a replay is emulated) against the same steps on other slots through the runner's eager forward
+    with the device sampler (``forward(sample_rows=...)``), bit for bit: ids, logits, and the caches afterwards.
+    Step 1 mixes a greedy row with a sampled one (temperature 1, top-k 1: the argmax id drawn through the
+    sampler), so it takes the sampler form."""
+    rng = np.random.default_rng(35)
+    run = make_runner(micro, micro_arena, kv="bf16", slots=4, ctx=16, rows=8, prompt_rows=8)
+    dg = DecodeGraphs(run, 2)
+    dg.use_graphs = True
+    monkeypatch.setattr(dg, "_build", lambda launch: _Replay(launch))
+    warm = []  # the capture's eager padding run (the host stand-ins take no all-padding attention): noted only
+    monkeypatch.setattr(dg, "_padding_launch", lambda b, greedy=False: warm.append((b, greedy)))
+    P = [[int(x) for x in rng.integers(0, 512, k)] for k in (3, 2)]
+    for k in (0, 1):
+        run.forward(F.prompt_batch([(k, P[k], 0), (k + 2, P[k], 0)]), logits=False)
+    lens = [3, 2]
+    ids = [int(x) for x in rng.integers(0, 512, 2)]
+    for k in range(4):
+        mixed = k == 1
+        rows = [SampleRow(1.0 if mixed and i == 1 else 0.0, 1 if mixed and i == 1 else 0, 1.0, 0.0, 5 + k,
+                          lens[i] + 1, 512) for i in range(2)]
+        dg.fast_step = k < 3
+        got = [int(t) for t in dg.step([0, 1], ids, lens, rows)]
+        lg = dg.logits(2)
+        le, te = run.forward(F.step_batch([2, 3], ids, lens), sample_rows=rows)
+        assert got == [int(t) for t in te], f"step {k}"
+        assert np.array_equal(lg, le), f"step {k}"
+        assert got == [int(np.argmax(x)) for x in le]
+        assert set(dg.ggraphs) == {2} and set(dg.graphs) == ({2} if k >= 1 else set())
+        ids = got
+        lens = [x + 1 for x in lens]
+    assert warm == [(2, True), (2, False)]  # one capture of each form
+    for i in range(2):
+        _caches_equal(run, i, i + 2, lens[i])

@@ -84,4 +84,4 @@ def test_warm_prompt_graphs_leaves_no_trace(micro):
     assert np.array_equal(warmed, fresh)
     for b in (be, cold):  # close drops every graph table (what the server does on SIGTERM)
         b.close()
-        assert not (b.graphs.graphs or b.graphs.wgraphs or b.runner._pgraphs)
+        assert not (b.graphs.graphs or b.graphs.ggraphs or b.graphs.wgraphs or b.runner._pgraphs)
