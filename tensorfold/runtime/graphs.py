@@ -66,7 +66,8 @@ def _event():
 def all_greedy(rows) -> bool:
     """Whether every ``SampleRow`` of ``rows`` is greedy as the device sampler decides it: its temperature, stored
     as float32, is not above zero (NaN included). Then the argmax launch gives the sampler's ids."""
-    return bool(rows) and all(not (np.float32(r.temperature) > 0) for r in rows)
+    # the Python comparison decides every row but a positive temperature below float32's range (rounds to zero)
+    return bool(rows) and all(not (r.temperature > 0) or not (np.float32(r.temperature) > 0) for r in rows)
 
 
 def _argmax_form(rows) -> bool:
@@ -156,20 +157,22 @@ class DecodeGraphs:
         self._padding_launch(b, greedy)  # compiles every signature of this shape
         self.stream.synchronize()
         t1 = time.perf_counter()
-        (self.ggraphs if greedy else self.graphs)[b] = self._build(lambda st: self._launch(b, st, greedy))
+        self._table(greedy)[b] = self._build(lambda st: self._launch(b, st, greedy))
         if not greedy:
             self.capture_seconds[b] = (t1 - t0, time.perf_counter() - t1)
+
+    def _table(self, greedy: bool) -> dict:
+        """The step graphs of one form: bucket -> graph (``ggraphs``: argmax form, ``graphs``: sampler form)."""
+        return self.ggraphs if greedy else self.graphs
 
     def _step_graph(self, b: int, greedy: bool):
         """The bucket-b step graph of that form, captured now if missing (the caller rewrites the static inputs
         afterwards: the capture's padding run overwrote them); None without graphs."""
         if not self.use_graphs:
             return None
-        g = (self.ggraphs if greedy else self.graphs).get(b)
-        if g is None:
+        if b not in self._table(greedy):
             self.capture(b, greedy)
-            g = (self.ggraphs if greedy else self.graphs)[b]
-        return g
+        return self._table(greedy)[b]
 
     # ---------------------------------------------------------------------------------------------- windows / trees
 
@@ -364,7 +367,7 @@ class DecodeGraphs:
         st = self.stream
         greedy = _argmax_form(rows)
         meta, sm = self.metas[b], self.run.sample_meta
-        if self.use_graphs and b not in (self.ggraphs if greedy else self.graphs):
+        if self.use_graphs and b not in self._table(greedy):
             st.synchronize()  # launches in flight may still read the pinned staging buffers capture rewrites
             p["staged_ok"] = True
             self.capture(b, greedy)
@@ -381,7 +384,7 @@ class DecodeGraphs:
                 cp = p[("chain", b)] = _D2D(meta.view("ids"), p["prev"])
             cp(n, st)
         if self.use_graphs:
-            (self.ggraphs if greedy else self.graphs)[b].launch(self._core_stream)
+            self._table(greedy)[b].launch(self._core_stream)
         else:
             self._launch(b, st, greedy)
         p["keep"](n, st)
