@@ -353,8 +353,10 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
                 nbytes = wbytes + n * state_rw + n * avg_len * kv_tok
                 floor = nbytes / bw
                 rows.append((lab, n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
+                nf = getattr(be.runner, "n_fused", 0)  # norms issued inside GEMVs so far (TENSORFOLD_NORM_FUSE=1)
                 log(f"[{geom}] {lab} {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
-                    f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline")
+                    f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline"
+                    + (f" (fused norms issued so far: {nf})" if nf else ""))
                 for s in slots:
                     be.free(s)
     _restore_env(saved)

@@ -90,7 +90,7 @@ import numpy as np
 from numba import cuda
 
 from . import _device
-from . import _kcache
+from . import _kcache, norms
 from ._codegen import single_assignment
 from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_begin, pdl_trigger, pdl_wait, warp_sum
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
@@ -682,7 +682,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -702,14 +702,18 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     first, ``I % 8 == 0``). m-tile ``T`` takes gate rows ``8 T ..`` as its rows 0-7 and the matching up rows
     ``I + 8 T ..`` as rows 8-15, so a lane's C entries ``i`` and ``i + 2`` are a gate sum and its up sum, and
     ``y [R, I]`` gets ``activations.swiglu`` of the pair: the bits of this kernel into ``[R, 2 I]`` followed by
-    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)"""
+    ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)
+
+    ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel (``norms.fused_norm_lines`` at the
+    standalone kernel's geometry ``nrm``; arguments ``norms.FUSED_ARGS`` after ``c1``): each block writes x over its
+    K range, then its warps read it as usual."""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
     L = []
     a = L.append
-    a(f"def {name}(W, S, B, x, y, R, c0, c1):")
+    a(f"def {name}(W, S, B, x, y, R, c0, c1{', ' + norms.FUSED_ARGS if nrm else ''}):")
     if _device.gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
     a("    tid = cuda.threadIdx.x")
@@ -783,6 +787,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     # weights are never written by a kernel: the first iteration's loads above run before the wait, overlapping the
     # previous kernel's tail under PDL; x, y and the workspace are touched only after it
     a("    pdl_wait()")
+    if nrm:
+        L.extend(norms.fused_norm_lines("    ", nrm, nw * 32, f"gb * {group}", f"ge * {group}"))
     a("    for it in range(nit):")
     I = "        "
     a(f"{I}G0 = wb + it * {u}")
@@ -901,31 +907,37 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False):
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None):
     glu = bool(glu)
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu)
+    nrm = tuple(nrm) if nrm else None
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
             name += f"d{depth}"
         if glu:
             name += "_glu"
+        if nrm:
+            name += f"_nf{nrm[0]}x{nrm[1]}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu), extra)
+        if nrm:
+            extra.update(norms.fused_glb())
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm),
+                              extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu))
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None)
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm), **kw)
     return _KCACHE[key]
 
 
@@ -1198,14 +1210,16 @@ def glu_faster(plan, out: int, rows: int) -> bool:
 
 
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None, glu: bool = False, cnt=None):
+                 no: int | None = None, glu: bool = False, cnt=None, norm=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
     ``no`` (weight rows per block) forces the CUDA-core kernel with that geometry (benchmarks, tests).
     ``glu``: W is a fused gate | up weight (``out = 2 I``) and ``y [R, I]`` gets ``swiglu(gate, up)`` in the
     GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise). ``cnt``: qgemv's arrival counters
-    (``qgemv.new_counters``; default the shared set)."""
+    (``qgemv.new_counters``; default the shared set). ``norm`` = (h, d, mult, h_out, eps): one row whose x the
+    kernel makes first as ``norms.launch_add_rms_norm(d, h, mult, x, eps)`` would (the residual into ``h_out``);
+    tensor-core plans only (:func:`norm_fusable`), a ValueError otherwise."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
@@ -1217,14 +1231,17 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
             if _scale_kind(S) != "bf16":
                 raise ValueError(f"launch_qgemv: a qgemv plan needs bf16 scales, got {_scale_kind(S)} "
                                  "(plan with plan_qgemv(..., scales=...))")
-            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu, cnt=cnt)
+            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu, cnt=cnt, norm=norm)
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
+    if norm is not None and not (plan.tc and no is None):
+        raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan ({plan})")
+    nrm, nargs = _qgemv3.fused_args(norm, x, R)
     if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu)
+                          glu, nrm)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1233,14 +1250,19 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         grid = (-(-out // no), -(-R // rb), plan.ks)
     if plan.ks == 1:
         y3 = y.reshape((1,) + tuple(y.shape))
-        k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0))
+        k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0), *nargs)
     else:
         if ws is None:
             raise ValueError("launch_qgemv: plan.ks > 1 needs a workspace ws [ks, R, out] float32")
-        k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0))
+        k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0), *nargs)
         n = R * out
         _splitk_reduce[min(1024, -(-n // 256)), 256, stream](ws, y, np.int32(R))
     return y
+
+
+def norm_fusable(plan) -> bool:
+    """Whether :func:`launch_qgemv` takes ``norm=`` for a weight of this plan (the tensor-core kernels)."""
+    return isinstance(plan, _qgemv3.V3Plan) or (isinstance(plan, GemvPlan) and plan.tc)
 
 
 def launch_dense_gemv(W32, x, y, plan: GemvPlan | None = None, ws=None, stream=0, rows=None):
@@ -1366,6 +1388,7 @@ def launch_qgemm(W, S, B, x, y, bits: int, group: int, stream=0, rows=None):
 
 _Q = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _QF = "void(uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
+_QN = _Q[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"  # + norms.FUSED_ARGS
 _D = "void(uint32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _G = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
 
@@ -1408,6 +1431,15 @@ def _specs():
         f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True)
         specs.append((f, _Q))
         hot.add(f.__name__)
+    # the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) in the one-row kernels of the 2B consumers of a
+    # norm: in_proj (8224 x 2048), q/k/v (5120 x 2048), gate | up with the SwiGLU epilogue (12288 x 2048)
+    for out, glu in ((8224, False), (5120, False), (12288, True)):
+        p = plan_tc(out, 2048, 4, 64)
+        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=glu,
+                          nrm=norms.norm_v_geometry(2048, False))
+        if (f, _QN) not in specs:
+            specs.append((f, _QN))
+            hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):

@@ -460,6 +460,7 @@ class Buffers:
         d = (lambda shape, dt: cuda.to_device(np.zeros(shape, dt))) if IS_SIM else cuda.device_array
         self.out_rows = out_rows = max(1, min(R, log_rows))  # rows whose logits a forward may ask for
         self.h, self.x, self.d, self.xs = d((R, H), f), d((R, H), f), d((R, H), f), d((out_rows, H), f)
+        self.h2 = d((1, H), f)  # a one-row residual's other buffer under a fused add + RMSNorm (Runner._take_norm)
         self.u = d((R, C + Vd + 2 * Hv), f)
         self.y, self.xlog1 = d((R, C), f), d((R, C), f)
         self.o, self.gn = d((R, Hv, Dv), f), d((R, Vd), f)
@@ -519,7 +520,7 @@ class Buffers:
         kin = max(H, I, nH * hd, Hv * Dv)  # widest GEMM input (bound for Buffers.gemm_ws)
         gws = (-(-rows // gemm.RPAD) * gemm.RPAD) * (kin + kin // 64) if prompt_rows else 0
         return 4 * (rows * per_row + out_rows * (H + c.vocab_size + 1) + log_rows * log + att_rows * att
-                    + prompt_rows * chunk + gws)
+                    + prompt_rows * chunk + gws + H)
 
 
 # ------------------------------------------------------------------------------------------------ runner
@@ -617,6 +618,10 @@ class Runner:
         self.meta = Meta(self.rows_cap, max(1, caches.slots))
         self.sample_meta = SampleMeta(self.buf.out_rows)
         self._dparts = None  # a deferred GEMV's partial sums [ks, R, out], until _add_norm reads them
+        self._pend = None  # the norm weight of a one-row add + RMSNorm left to the next GEMV of x (_take_norm)
+        self._fuse = False  # norms.fuse_on() for the forward being issued
+        self._hc = None  # the residual's buffer: buf.h, or buf.h2 after an odd number of fused norms
+        self.n_fused = 0  # add + RMSNorms issued inside a GEMV (graph captures count once)
         self.n_deferred = 0  # GEMV launches issued with a deferred completion (graph captures count once)
         # the partial-summing add + RMSNorm is the vectorized kernel only: every norm weight it may get must be
         # 16-byte aligned (an arena vector at an odd offset is not)
@@ -685,6 +690,7 @@ class Runner:
         chunks, at most 8 rows), y is not written; the partial sums wait in the workspace for :meth:`_add_norm`
         (the same bits)."""
         ent = self.arena.linear(name)
+        norm = self._take_norm(ent, x, R, prompt, stream) if self._pend is not None else None
         if defer:
             self._dparts = None  # y is the reader's, unless this launch defers (nothing stale from a failed forward)
         if IS_SIM and self.sim_stand_ins:
@@ -707,26 +713,54 @@ class Runner:
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
             if sw:  # the plan has sw; a paired weight refuses a launch without the epilogue (qgemv.launch)
                 qgemv.launch(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], p, n, ws=ws, stream=stream,
-                             glu=glu, cnt=self.buf.qcnt, defer=dfr)
+                             glu=glu, cnt=self.buf.qcnt, defer=dfr, norm=norm)
                 if dfr:  # one launch (R <= 8): its partial sums are _add_norm's input
                     self._dparts = ws
                     self.n_deferred += 1
             elif ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
-                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt)
+                                    ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt,
+                                    norm=norm)
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
 
     def _add_norm(self, R, mult, stream):
         """h[:R] += the output projection's (or down's) rows; x[:R] = RMSNorm(h[:R]) * mult. The rows are in B.d, or
-        still K-chunk partial sums in the workspace when that GEMV deferred its completion (``_linear(defer=)``)."""
+        still K-chunk partial sums in the workspace when that GEMV deferred its completion (``_linear(defer=)``).
+        One row under ``TENSORFOLD_NORM_FUSE=1`` (``norms.fuse_on``): left to the next GEMV that reads x
+        (:meth:`_take_norm`)."""
         B = self.buf
         parts, self._dparts = self._dparts, None
+        h = self._hc
         if parts is not None:
-            norms.launch_add_rms_norm_parts(parts, B.h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
+            norms.launch_add_rms_norm_parts(parts, h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
+        elif R == 1 and self._fuse and self._norms_vec and not (IS_SIM and self.sim_stand_ins):
+            self._pend = mult
         else:
-            norms.launch_add_rms_norm(B.d[:R], B.h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
+            norms.launch_add_rms_norm(B.d[:R], h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
+
+    def _flush_norm(self, stream) -> None:
+        """Issue a pending one-row add + RMSNorm as its own launch (its reader cannot take it)."""
+        mult, self._pend = self._pend, None
+        if mult is not None:
+            B = self.buf
+            norms.launch_add_rms_norm(B.d[:1], self._hc[:1], mult, B.x[:1], self.eps, stream=stream, **_SIM_MB)
+
+    def _take_norm(self, ent, x, R, prompt, stream):
+        """The ``norm=`` of a GEMV launch that takes the pending add + RMSNorm (x is buf.x, one row, a decode
+        launch on a tensor-core plan: ``affine.norm_fusable``), which makes x and writes the updated residual into
+        the other residual buffer; else the norm is issued on its own first and None returned. A fused GEMV writes
+        all of x and of the residual, so later readers of either see what the standalone launch would have left."""
+        B = self.buf
+        if not (x is B.x and R == 1 and not prompt and ent["kind"] == "affine" and affine.norm_fusable(ent["plan"])):
+            self._flush_norm(stream)
+            return None
+        mult, self._pend = self._pend, None
+        h, ho = self._hc, (B.h2 if self._hc is B.h else B.h)
+        self._hc = ho
+        self.n_fused += 1
+        return h[:1], B.d[:1], mult, ho[:1], self.eps
 
     def _unfused(self, pre, parts, buf, R, prompt, stream):
         """The linears ``pre + name`` of ``parts`` ((name, width), ...) that load-time fusion left apart (their
@@ -840,6 +874,7 @@ class Runner:
         self._m = m = meta or self.meta
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
+        self._hc, self._pend, self._fuse = B.h, None, norms.fuse_on() and not prompt
         _embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream)
         norms.launch_rms_norm(B.h[:R], a.vec("layers.0.input_layernorm"), B.x[:R], self.eps, stream=stream, **_SIM_MB)
         L = c.num_hidden_layers
@@ -870,12 +905,14 @@ class Runner:
             if all_rows and n_out <= R:
                 self._linear(self.head, B.x, B.logits, n_out, False, stream)
             else:
+                self._flush_norm(stream)
                 glue.launch_gather(B.x, m.view("sel", n_out), B.xs[:n_out], stream=stream)
                 self._linear(self.head, B.xs, B.logits, n_out, False, stream)
             if sample is not None:
                 sample.launch(B.logits[:n_out], B.tok[:n_out], valid_vocab or c.vocab_size, stream=stream)
             elif argmax:
                 glue.launch_argmax(B.logits[:n_out], valid_vocab or c.vocab_size, B.tok[:n_out], stream=stream)
+        self._flush_norm(stream)  # no head: the last norm's x still goes out
 
     def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, sample_rows=None, stream=0,
                 graph=True):
