@@ -8,6 +8,9 @@ Checks, for the 9B gate + up plan (plain and SwiGLU-epilogue forms) and the 27B 
   signature only. The compile options are captured from the jit call, so no GPU is needed.
 - The sm_90 PTX compiled with the bounds carries ``.maxntid 128`` and ``.minnctapersm 3``. When ptxas is on PATH,
   the kernel assembles within 170 registers (65,536 / 384 threads) without spills or a stack frame.
+- The same for the one-row kernels with the fused add + RMSNorm prologue (9B / 27B in_proj and gate | up): the
+  first form of the prologue, which kept the row's sums in registers across the block sum, spilled 56 bytes in the
+  SwiGLU kernels under these bounds.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = ((24576, 4096, False), (24576, 4096, True), (5120, 17408, False))
+FUSED = ((12352, 4096, False), (24576, 4096, True), (16480, 5120, False), (34816, 5120, True))
 
 
 def _worker() -> int:
@@ -55,14 +59,34 @@ def _worker() -> int:
         rec["ptxas"] = tc._run_ptxas(ptx, (9, 0))
         rec["nw"] = p.nw
         out.append(rec)
-    print(json.dumps({"results": out}))
+    # the one-row kernels with the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) as the runtime launches
+    # them (swept, bf16 x, 1-4 rows), under the same bounds: 9B / 27B in_proj and gate | up (SwiGLU)
+    from tensorfold.kernels import norms
+
+    sig_n = Q._SIG[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"
+    fused = []
+    for o, i, glu in FUSED:
+        p = Q.plan(o, i, 4, 64)
+        f = Q.get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=Q.xmode(1, p.xh),
+                         nrm=norms.norm_v_geometry(i, False))
+        ptx, _ = cuda.compile_ptx(f, sig_n, cc=(9, 0), launch_bounds=(32 * p.nw, 3))
+        fused.append({"shape": [o, i, glu], "nw": p.nw, "ptxas": tc._run_ptxas(ptx, (9, 0))})
+    print(json.dumps({"results": out, "fused": fused}))
     return 0
 
 
 def test_qgemv_launch_bounds():
     from test_compile import run_worker
 
-    for r in run_worker(__file__, drop_env=("TENSORFOLD_GEMV3_LB",))["results"]:
+    res = run_worker(__file__, drop_env=("TENSORFOLD_GEMV3_LB",))
+    for r in res["fused"]:  # the prologue's values must not push the one-row kernels into spills (session 36)
+        print(r)
+        rep = r["ptxas"]
+        if rep is not None:
+            assert "error" not in rep, rep
+            assert rep["regs"] <= 65536 // (3 * 32 * r["nw"]), rep
+            assert not (rep["spill_st"] or rep["spill_ld"] or rep["stack"]), rep
+    for r in res["results"]:
         print(r)
         nthr = 32 * r["nw"]
         one, two, cap = r["nt1_r0"], r["nt2_r0"], r["nt1_r128"]
