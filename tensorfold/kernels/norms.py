@@ -419,6 +419,66 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
     return L
 
 
+GFUSED_ARGS = "gf_o, gf_z, gf_w, gf_eps, gf_act"  # a GEMV kernel's arguments for a fused gated-norm prologue
+
+
+def gfuse_on() -> bool:
+    """``TENSORFOLD_GNORM_FUSE=1`` (read at each forward): the GDN output's gated RMSNorm runs in the out_proj GEMV
+    (:func:`fused_gnorm_lines`) instead of in the fused GDN step's tail. Off by default until measured."""
+    return os.environ.get("TENSORFOLD_GNORM_FUSE", "0").strip() == "1"
+
+
+def fused_gnorm_lines(ind: str, nthreads: int, k0: str, k1: str, dv: int) -> list:
+    """Source lines of a GEMV prologue (after its ``pdl_wait``) that makes its x rows ``0 .. R - 1`` over the K
+    columns ``k0 .. k1`` (whole heads of ``dv``) as :func:`launch_gated_rms_norm` does: per (row, head) one warp,
+    a lane's columns ``lane + 32 i`` loaded, squared and summed in that order, the same butterfly, ``x = o * inv *
+    w * act(z)``. ``gf_o`` / ``gf_z`` [R, heads * dv] (any row stride), ``gf_w`` [dv]. Blocks with the same K
+    columns write the same values; a barrier, then the GEMV's x loads read them."""
+    ngv = -(-dv // 32)
+    nw = nthreads // 32
+    L = []
+    a = L.append
+    J = ind + "    "
+    K = J + "    "
+    a(f"{ind}gf_tid = cuda.threadIdx.x")
+    a(f"{ind}gf_lane = gf_tid & 31")
+    a(f"{ind}gf_k0 = {k0}")
+    a(f"{ind}gf_nh = (min({k1}, x.shape[1]) - gf_k0) // {dv}")
+    a(f"{ind}gf_items = R * gf_nh")
+    # every warp runs the same number of rounds (the simulator's warp sums are block barriers)
+    a(f"{ind}for gf_q in range((gf_items + {nw - 1}) // {nw}):")
+    a(f"{J}gf_t = gf_q * {nw} + (gf_tid >> 5)")
+    a(f"{J}gf_ok = gf_t < gf_items")
+    a(f"{J}gf_r = gf_t // gf_nh if gf_ok else 0")
+    a(f"{J}gf_hc = gf_k0 + (gf_t - gf_r * gf_nh) * {dv} if gf_ok else 0")
+    a(f"{J}gf_ss = np.float32(0.0)")
+    for i in range(ngv):
+        a(f"{J}gf_c{i} = gf_lane + {32 * i}")
+        a(f"{J}gf_v{i} = np.float32(0.0)")
+        a(f"{J}gf_g{i} = np.float32(0.0)")
+        a(f"{J}gf_m{i} = np.float32(0.0)")
+        a(f"{J}if gf_ok and gf_c{i} < {dv}:")
+        a(f"{K}gf_v{i} = gf_o[gf_r, gf_hc + gf_c{i}]")
+        a(f"{K}gf_g{i} = gf_z[gf_r, gf_hc + gf_c{i}]")
+        a(f"{K}gf_m{i} = gf_w[gf_c{i}]")
+    for i in range(ngv):
+        a(f"{J}if gf_ok and gf_c{i} < {dv}:")
+        a(f"{K}gf_ss += gf_v{i} * gf_v{i}")
+    a(f"{J}gf_tot = warp_sum(gf_ss)")
+    a(f"{J}if gf_ok:")
+    a(f"{K}gf_inv = np.float32(1.0) / np.float32(math.sqrt(gf_tot / np.float32({dv}) + gf_eps))")
+    for i in range(ngv):
+        a(f"{K}if gf_c{i} < {dv}:")
+        a(f"{K}    gf_a = gf_g{i} * _sigmoid(gf_g{i}) if gf_act == 0 else _sigmoid(gf_g{i})")
+        a(f"{K}    x[gf_r, gf_hc + gf_c{i}] = gf_v{i} * gf_inv * gf_m{i} * gf_a")
+    a(f"{ind}cuda.syncthreads()")
+    return L
+
+
+def gfused_glb() -> dict:
+    return {"math": math, "warp_sum": warp_sum, "_sigmoid": _sigmoid}
+
+
 def _ptr(a) -> int:
     iface = getattr(a, "__cuda_array_interface__", None) or getattr(a, "__array_interface__", None)
     return int(iface["data"][0]) if iface else 1
