@@ -48,6 +48,7 @@ from numba import cuda
 
 __all__ = [
     "IS_SIM",
+    "lds4",
     "FULL_MASK",
     "devfn",
     "warp_sum",
@@ -608,7 +609,30 @@ if not IS_SIM:
     ldg_u32x4_2d = intrinsic(_ldg_u32x4_2)
     ldg_f32x4_2d = intrinsic(_ldg_f32x4_2)
 
+    @intrinsic
+    def lds4(typingctx, arr, i):
+        """``(arr[i], .., arr[i + 3])`` of a 1-d float32 array with one 16-byte vector load (an LLVM ``<4 x float>``
+        load, align 16: the caller's array, e.g. a shared array made with ``alignment=16``, and ``i % 4 == 0``).
+        An ordinary load: LLVM keeps it after the block barriers before it."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.float32
+                and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(types.float32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            ptr = item_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            vty = ir.VectorType(ir.FloatType(), 4)
+            v = builder.load(builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace)), align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
 else:
+
+    @cuda.jit(device=True)
+    def lds4(arr, i):
+        return (arr[i], arr[i + 1], arr[i + 2], arr[i + 3])
 
     @cuda.jit(device=True)
     def ldg_f32x4_2d(arr, r, i):

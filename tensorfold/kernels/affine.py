@@ -619,18 +619,22 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
             a(f"    p{i} = fma_bf16x2(({src} & m) | c, one, neg)")
             outs.append(f"p{i}")
         a("    return " + ", ".join(outs))
-    a("def _tcx(x, off):")
-    for f4 in range(cl // 4):
-        a(f"    x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, off + {4 * f4})")
-    a("    p = x0")
-    for e in range(1, cl):
-        a(f"    p += x{e}")
-    outs = ["p"]
-    for s_, (_, prs, _) in enumerate(steps):
-        for slot, (lo, hi) in enumerate(prs):
-            a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
-            outs += [f"h{s_}_{slot}", f"l{s_}_{slot}"]
-    a("    return " + ", ".join(outs))
+    for fname in ("_tcx", "_tcxs"):  # x from global memory / from a shared array (the fused norm's ``nf_xs``)
+        a(f"def {fname}(x, off):")
+        for f4 in range(cl // 4):
+            if fname == "_tcx":
+                a(f"    x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, off + {4 * f4})")
+            else:
+                a(f"    x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = lds4(x, off + {4 * f4})")
+        a("    p = x0")
+        for e in range(1, cl):
+            a(f"    p += x{e}")
+        outs = ["p"]
+        for s_, (_, prs, _) in enumerate(steps):
+            for slot, (lo, hi) in enumerate(prs):
+                a(f"    h{s_}_{slot}, l{s_}_{slot} = split_bf16x2(x{lo}, x{hi})")
+                outs += [f"h{s_}_{slot}", f"l{s_}_{slot}"]
+        a("    return " + ", ".join(outs))
     return "\n".join(L) + "\n"
 
 
@@ -638,11 +642,11 @@ def _tc_helpers(bits: int, group: int):
     key = ("tch", bits, group)
     if key not in _KCACHE:
         glb = {"np": np, "_TWO23": np.float32(8388608.0), "fma_bf16x2": fma_bf16x2, "pack_bf16x2": pack_bf16x2,
-               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4}
+               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4, "lds4": _device.lds4}
         exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
              glb)
         out = {}
-        for k in ("_tcdec", "_tcx"):
+        for k in ("_tcdec", "_tcx", "_tcxs"):
             f = glb[k]
             f.__module__ = __name__
             out[k] = devfn(f)
@@ -807,7 +811,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
-            a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
+            if nrm:  # one row, x made by the prologue in shared memory (by column)
+                a(f"{I}p, {bnames.format(n=n)} = _tcxs(nf_xs, col + t * {cl})")
+            else:
+                a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
             a(f"{I}p = _quad_sum(p)")
             a(f"{I}sxa{n}, sxb{n} = _shfl2(p, sa_lane, sb_lane)")
         for m in range(mt):
@@ -1246,8 +1253,9 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
-    if norm is not None and not (plan.tc and no is None):
-        raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan ({plan})")
+    if norm is not None and not (no is None and norm_fusable(plan)):
+        raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan whose blocks all have K "
+                         f"columns ({plan})")
     nrm, nargs = _qgemv3.fused_args(norm, x, R)
     gdv = _qgemv3.gnorm_dv(gnorm, x, R)
     if gnorm is not None:
@@ -1278,8 +1286,16 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
 
 
 def norm_fusable(plan) -> bool:
-    """Whether :func:`launch_qgemv` takes ``norm=`` for a weight of this plan (the tensor-core kernels)."""
-    return isinstance(plan, _qgemv3.V3Plan) or (isinstance(plan, GemvPlan) and plan.tc)
+    """Whether :func:`launch_qgemv` takes ``norm=`` for a weight of this plan: the tensor-core kernels; a first-kernel
+    plan only when no block's K range is empty (its warps read x from the block's own shared columns, and the
+    pipelined form multiplies a skipped group by zero instead of branching: a column outside them would be
+    uninitialized shared memory)."""
+    if isinstance(plan, _qgemv3.V3Plan):
+        return True
+    if not (isinstance(plan, GemvPlan) and plan.tc):
+        return False
+    ng = plan.inp // plan.group
+    return (plan.ks - 1) * -(-ng // plan.ks) < ng
 
 
 def gnorm_fusable(plan, dv: int) -> bool:

@@ -24,7 +24,7 @@ import os
 import numpy as np
 from numba import cuda
 
-from ._device import IS_SIM, devfn, ldg_f32x4_2d, pdl_begin, warp_sum
+from ._device import IS_SIM, devfn, ldg_f32x4_2d, lds4, pdl_begin, warp_sum
 from . import _kcache
 
 __all__ = ["add_rms_norm_k", "rms_norm_k", "gated_rms_norm_k", "launch_add_rms_norm", "launch_rms_norm",
@@ -337,40 +337,48 @@ FUSED_ARGS = "nf_h, nf_d, nf_m, nf_ho, nf_eps"  # the arguments a GEMV kernel ta
 
 def fused_glb() -> dict:
     """Names :func:`fused_norm_lines` uses, for the generated kernel's globals."""
-    return {"math": math, "warp_sum": warp_sum, "ldg_f32x4_2d": ldg_f32x4_2d, "_st4": _st4, "_ld4v": _ld4v}
+    return {"math": math, "warp_sum": warp_sum, "ldg_f32x4_2d": ldg_f32x4_2d, "_st4": _st4, "_ld4v": _ld4v,
+            "lds4": lds4}
 
 
 def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int = 0) -> list:
     """Source lines of a GEMV prologue (after its ``pdl_wait``) that does the one-row add + RMSNorm of
-    :func:`launch_add_rms_norm` for it: ``v = nf_h[0] + nf_d[0]``, ``inv = 1 / sqrt(mean(v^2) + eps)``; the block
-    writes ``nf_ho[0, c] = v`` (the updated residual, into a second buffer: every block reads all of ``nf_h``) and
-    ``x[0, c] = v * inv * nf_m[c]`` for its own K columns ``k0 .. k1`` (expressions of the kernel), then a barrier:
-    the GEMV's x loads read what the block wrote. Blocks with the same K columns write the same values.
+    :func:`launch_add_rms_norm` for it: ``v = nf_h[0] + nf_d[0]``, ``inv = 1 / sqrt(mean(v^2) + eps)``,
+    ``x = v * inv * nf_m``. For its own K columns ``k0 .. k1`` (expressions of the kernel) the block leaves x in the
+    shared array ``nf_xs`` (indexed by column; the GEMV reads x from there, not from global memory) and writes
+    ``x[0, c]`` and the updated residual ``nf_ho[0, c] = v`` (a second buffer: every block reads all of ``nf_h``) for
+    later readers. Blocks with the same K columns write the same values.
 
     Every block reduces the whole row the way the standalone vectorized kernel does at its geometry ``geo`` =
     (threads, float4 a thread) (:func:`norm_v_geometry`): the real warps take its virtual warps in turn, each
     virtual lane's squares in the same order, the same butterfly, the warp partials in order. So x and the residual
     get the bits of the standalone launch (which rows of several streams get), whatever the GEMV's block size.
 
-    Every h / d load of a thread is issued before any is used (one L2 round trip). The sums ``v`` of the block's
-    own columns wait in shared memory (``threads * 4 * float4`` floats, the whole row's bound) across the block sum,
-    not in registers (kept in registers, they made the 9B / 27B SwiGLU kernels spill under their launch bounds).
-    ``klen`` > 0: the K range's length is that constant (qgemv's chunk), so the store loop is unrolled and its norm
-    weight loads issue together."""
+    Latency: the norm weight of the block's columns is loaded first, then every h / d load of the thread (one L2
+    round trip in all); the sums of the block's columns wait in ``nf_xs`` across the block sum (kept in registers,
+    they made the 9B / 27B SwiGLU kernels spill under their launch bounds), and x is made in place. After the last
+    barrier nothing is loaded from global memory: against the plain GEMV, which loads x, the prologue adds the
+    block sum and two barriers. ``klen`` > 0: the K range's length is that constant (qgemv's chunk)."""
     ntpb, vpt = geo
     nvw = ntpb // 32
     nwr = nthreads // 32
     rounds = -(-nvw // nwr)  # virtual warps a real warp takes (a round past them loads column 0, writes nothing)
+    nst = -(-(klen or ntpb * vpt * 4) // (4 * nthreads))  # float4 of the K range a thread makes (at most)
     L = []
     a = L.append
     J = ind + "    "
     a(f"{ind}nf_red = cuda.shared.array(32, np.float32)")
-    a(f"{ind}nf_vs = cuda.shared.array({ntpb * vpt * 4}, np.float32)")
+    al = "" if IS_SIM else ", alignment=16"  # 16-byte loads of x from it (``lds4``; the simulator takes no alignment)
+    a(f"{ind}nf_xs = cuda.shared.array({ntpb * vpt * 4}, np.float32{al})")
     a(f"{ind}nf_n = x.shape[1]")
     a(f"{ind}nf_tid = cuda.threadIdx.x")
     a(f"{ind}nf_lane = nf_tid & 31")
     a(f"{ind}nf_k0 = {k0}")
     a(f"{ind}nf_k1 = min({k1}, nf_n)")
+    for it in range(nst):  # the norm weight (read-only) of the columns this thread makes
+        a(f"{ind}nf_e{it} = nf_k0 + nf_tid * 4 + {it * 4 * nthreads}")
+        a(f"{ind}nf_eok{it} = nf_e{it} < nf_k1")
+        a(f"{ind}nf_m{it}_0, nf_m{it}_1, nf_m{it}_2, nf_m{it}_3 = _ld4v(nf_m, nf_e{it} if nf_eok{it} else 0)")
     for q in range(rounds):
         a(f"{ind}nf_vw{q} = {q * nwr} + (nf_tid >> 5)")
         for j in range(vpt):
@@ -386,11 +394,12 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
         for j in range(vpt):  # a virtual lane's squares in the standalone kernel's order
             t = f"{q}_{j}"
             a(f"{ind}if nf_ok{t}:")
+            a(f"{J}nf_in = nf_c{t} >= nf_k0 and nf_c{t} < nf_k1")
             for e in range(4):
                 a(f"{J}nf_v = nf_b{t}_{e} + nf_a{t}_{e}")
                 a(f"{J}nf_ss += nf_v * nf_v")
-                a(f"{J}if nf_c{t} >= nf_k0 and nf_c{t} < nf_k1:")
-                a(f"{J}    nf_vs[nf_c{t} + {e}] = nf_v")
+                a(f"{J}if nf_in:")
+                a(f"{J}    nf_xs[nf_c{t} + {e}] = nf_v")
         a(f"{ind}nf_s = warp_sum(nf_ss)")
         a(f"{ind}if nf_lane == 0 and nf_vw{q} < {nvw}:")
         a(f"{J}nf_red[nf_vw{q}] = nf_s")
@@ -399,22 +408,14 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
     a(f"{ind}for nf_i in range(1, {nvw}):")
     a(f"{J}nf_tot += nf_red[nf_i]")
     a(f"{ind}nf_inv = np.float32(1.0) / np.float32(math.sqrt(nf_tot / np.float32(nf_n) + nf_eps))")
-
-    def store(I, c):
-        a(f"{I}nf_m0, nf_m1, nf_m2, nf_m3 = _ld4v(nf_m, {c})")
+    for it in range(nst):  # x made in place over v (each element read and written by one thread)
+        a(f"{ind}if nf_eok{it}:")
         for e in range(4):
-            a(f"{I}nf_w{e} = nf_vs[{c} + {e}]")
-        a(f"{I}_st4(nf_ho, 0, {c}, nf_w0, nf_w1, nf_w2, nf_w3)")
-        a(f"{I}_st4(x, 0, {c}, " + ", ".join(f"nf_w{e} * nf_inv * nf_m{e}" for e in range(4)) + ")")
-
-    if klen:
-        for it in range(-(-klen // (4 * nthreads))):
-            a(f"{ind}nf_c = nf_k0 + nf_tid * 4 + {it * 4 * nthreads}")
-            a(f"{ind}if nf_c < nf_k1:")
-            store(J, "nf_c")
-    else:
-        a(f"{ind}for nf_c in range(nf_k0 + nf_tid * 4, nf_k1, {4 * nthreads}):")
-        store(J, "nf_c")
+            a(f"{J}nf_w{e} = nf_xs[nf_e{it} + {e}]")
+            a(f"{J}nf_y{e} = nf_w{e} * nf_inv * nf_m{it}_{e}")
+            a(f"{J}nf_xs[nf_e{it} + {e}] = nf_y{e}")
+        a(f"{J}_st4(nf_ho, 0, nf_e{it}, nf_w0, nf_w1, nf_w2, nf_w3)")
+        a(f"{J}_st4(x, 0, nf_e{it}, nf_y0, nf_y1, nf_y2, nf_y3)")
     a(f"{ind}cuda.syncthreads()")
     return L
 

@@ -398,8 +398,9 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
-def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq):
-    """The x loads of one batch of ``PB`` items a thread (``_gen_source``'s x preparation)."""
+def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=False):
+    """The x loads of one batch of ``PB`` items a thread (``_gen_source``'s x preparation); ``xsh``: one row of x
+    from the fused norm prologue's shared array ``nf_xs`` (by column) instead of global memory."""
     for k in range(PB):
         a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
         a(f"{I2}tt{k} = it{k} % 4")
@@ -409,7 +410,10 @@ def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X
         a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
         a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
         for q in range(nq):
-            a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
+            if xsh:
+                a(f"{I2}q{k}_{q} = lds4(nf_xs, base + {4 * q})")
+            else:
+                a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
 
 
 def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
@@ -787,7 +791,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         else:
             a(f"{I}kbat = {bat}")
             I2 = I
-        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq)
+        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=bool(nrm))
         if bat == 0 and not (pf or stages):
             for d in range(depth):
                 loads(I2, f"p{d}_", "c", d)

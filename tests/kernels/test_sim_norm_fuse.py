@@ -139,6 +139,9 @@ def test_fused_norm_refusals():
                        norm=(h[:, :K - 2], d, mult, h, EPS))
     assert A.norm_fusable(A.GemvPlan(out, K, 4, 64, 32, 1, True)) and not A.norm_fusable(A.GemvPlan(out, K, 4, 64,
                                                                                                       32, 1))
+    # 10 groups in 6 K splits of 2: the last block has no columns (its warps would read unwritten shared memory)
+    assert A.norm_fusable(A.GemvPlan(out, K, 4, 64, 32, 4, True)) and not A.norm_fusable(A.GemvPlan(out, K, 4, 64,
+                                                                                                      32, 6, True))
 
 
 # ---------------------------------------------------------------------------------------------- gated norm (GDN)

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Prepared in session 36 (no device was lent that session): two norms fused into GEMVs, both off by default until
 # this runs. TENSORFOLD_NORM_FUSE=1: a one-row step issues no add_rms_norm launch; the GEMV that reads x (in_proj,
-# q/k/v, gate | up, the head) reduces the residual row in every block, writes its K range of x and of the residual
-# (into a second buffer), and reads x from there. TENSORFOLD_GNORM_FUSE=1: the GDN gated norm moves from the fused
+# q/k/v, gate | up, the head) reduces the residual row in every block and makes its K range of x in shared memory,
+# where its main loop reads it (x and the residual, into a second buffer, also go out). TENSORFOLD_GNORM_FUSE=1: the GDN gated norm moves from the fused
 # GDN step's serial tail (fence, per-head counter, last block re-reading o) into out_proj's prologue (every row
 # count; heads lie whole in a block's K range).
-# Cost model (session 35's profiles): 2B 48 add_rms_norm launches 128 us of a 1,257 us step, 9B 64 launches 195 us
-# of 2,515. A fused prologue adds about one L2 round trip + a block reduction (~1 us) to each consumer GEMV.
-# (1) decode A/B/C, one process per geometry, 2 rounds: both, NORM only, neither. Predictions: NORM at one stream
-# 2B +4 to +7 % (750 -> ~790 tok/s), 9B +3 to +5 % (375 -> ~390), 8 streams within 1 % (eight rows never fuse);
-# GNORM on top: 2B +2 to +4 % at one stream and +1 to +3 % at eight, 9B +1.5 to +3 %. The log counts fused norms.
+# History: session 18 fused the add + RMSNorm into the first kernel's x loads at every row count (each x load in the
+# main loop computed (h + d) * inv * mult from three loads): its kernels ran 2.7-3.3 us slower and 2B decode lost 7 %
+# (1 stream) and 18 % (8 streams); LEDGER section 3. This form differs: one row only; the block makes its x once in
+# shared memory (the main loop reads it there, 16-byte shared loads), so against the plain GEMV, which waits one L2
+# round trip for x, it adds the block sum and two barriers (~0.3-0.5 us), and it saves the norm launch's boundary
+# and its own round trips (~1-2 us in the PDL chain; s35's profile: 2.7 us a launch alone, 128 us of a 2B step).
+# (1) decode A/B/C, one process per geometry, 2 rounds: both, NORM only, neither. Predictions (low confidence):
+# NORM at one stream 2B +1 to +5 %, 9B +1 to +4 %, eight streams within 1 % (eight rows never fuse). GNORM on top
+# (the tail's fence + counter round trip + o re-read, ~2.5-3 us, against ~1-1.5 us in out_proj's prologue): 2B
+# +1 to +2 % at one and eight streams, 9B +0.5 to +1.5 %. The log line counts fused norms.
 # (2) the kernel GPU tier at the real shapes (fused == standalone + GEMV, bit for bit). Prediction: pass.
 . benchmarks/_dec.sh
 out_dir s37a

@@ -3,8 +3,8 @@
 # prompt, one-row steps and a 6-stream step give the same logits with and without them, bit for bit;
 # the exactness tests that compare one-row steps against multi-row forwards, run with the fusion on (a one-row step
 # fuses, a window or a multi-stream step does not: these now compare the two paths).
-# (2) 27B decode A/B/C (both, NORM only, neither). Prediction: one stream +2 to +4 % with NORM (146-149 -> ~152),
-# +1 to +2 % more with GNORM; 8 streams +0.5 to +1.5 % (GNORM only).
+# (2) 27B decode A/B/C (both, NORM only, neither). Prediction (low confidence, see gpu_s37a.sh): one stream +0.5 to
+# +3 % with NORM, +0.3 to +1 % more with GNORM; 8 streams +0.3 to +1 % (GNORM only).
 . benchmarks/_dec.sh
 out_dir s37b
 t0=$SECONDS
