@@ -709,9 +709,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     ``silu_mul_fused_k``. (With ``nw > 1`` the pair's two sums are made by one warp, each in warp order.)
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel (``norms.fused_norm_lines`` at the
-    standalone kernel's geometry ``nrm``; arguments ``norms.FUSED_ARGS`` after ``c1``): each block writes x over its
-    K range, then its warps read it as usual. ``gnrm`` (the head width; K ranges of whole heads): x is first made as
-    the GDN output's gated RMSNorm (``norms.fused_gnorm_lines``, arguments ``norms.GFUSED_ARGS``)."""
+    standalone kernel's geometry ``nrm``; arguments ``norms.FUSED_ARGS`` after ``c1``): each block makes x over its
+    K range in shared memory (``nf_xs``), and its warps read it there (``_tcxs``) instead of from global x.
+    ``gnrm`` (the head width; K ranges of whole heads): x is first made as the GDN output's gated RMSNorm
+    (``norms.fused_gnorm_lines``, arguments ``norms.GFUSED_ARGS``)."""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32

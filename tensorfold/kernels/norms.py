@@ -6,6 +6,9 @@ Owns
 - ``rms_norm_k(x, mult, y, eps)``: ``y = x / sqrt(mean(x^2) + eps) * mult``.
 - ``gated_rms_norm_k(o, z, w, y, eps, head_dim, act)``: per head of ``head_dim`` columns
   ``y = o / sqrt(mean(o^2) + eps) * w * act(z)``, act 0 = silu, 1 = sigmoid (the GDN output norm).
+- ``fused_norm_lines`` / ``fused_gnorm_lines``: source lines of GEMV prologues (qgemv, the first tensor-core
+  kernel) that do the one-row add + RMSNorm / the GDN gated norm for the GEMV that reads their output, with these
+  kernels' bits (``TENSORFOLD_NORM_FUSE`` / ``TENSORFOLD_GNORM_FUSE``, :func:`fuse_on` / :func:`gfuse_on`).
 Arrays are float32 2-d ``[R, n]`` (C-contiguous), multipliers float32 ``[n]`` / ``[head_dim]``.
 
 Reference mirrored: ``tensorfold.reference.ops.rms_norm``, ``add_rms_norm``, ``gated_rms_norm`` (fp32).

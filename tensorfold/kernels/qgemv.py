@@ -536,10 +536,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
       bits from either form (tests/kernels/test_sim_qgemv.py checks it).
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel, ``norms.fused_norm_lines`` at the
-    standalone kernel's geometry ``nrm``: the kernel takes ``norms.FUSED_ARGS`` after ``R`` and each block writes
-    its chunk of x (and of the updated residual) before its x preparation reads it. ``gnrm`` (= the head width, a
-    divisor of the chunk): x is first made as the GDN output's gated RMSNorm (``norms.fused_gnorm_lines``, arguments
-    ``norms.GFUSED_ARGS``)."""
+    standalone kernel's geometry ``nrm``: the kernel takes ``norms.FUSED_ARGS`` after ``R``; each block makes its
+    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x.
+    ``gnrm`` (the head width, a divisor of the chunk): x is first made as the GDN output's gated RMSNorm
+    (``norms.fused_gnorm_lines``, arguments ``norms.GFUSED_ARGS``)."""
     nwp = max(nwp, nw)
     assert not xh or not (pf or stages or kp > 1)
     X8 = xh == 1
@@ -1261,7 +1261,8 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None, int(gnrm))
+           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None,
+           int(gnrm))
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
