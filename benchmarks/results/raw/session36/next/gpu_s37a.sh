@@ -15,17 +15,16 @@
 # NORM at one stream 2B +1 to +5 %, 9B +1 to +4 %, eight streams within 1 % (eight rows never fuse). GNORM on top
 # (the tail's fence + counter round trip + o re-read, ~2.5-3 us, against ~1-1.5 us in out_proj's prologue): 2B
 # +1 to +2 % at one and eight streams, 9B +0.5 to +1.5 %. The log line counts fused norms.
-# (2) the kernel GPU tier at the real shapes (fused == standalone + GEMV, bit for bit). Prediction: pass.
+# Time: each process writes its synth model, loads cold (compile workers), and compiles the fused kernels in-process
+# at their first capture (~15 s each for qgemv's); hence the long timeouts. The GPU tests are in gpu_s37b.sh.
 . benchmarks/_dec.sh
 out_dir s37a
 t0=$SECONDS
 AB="TENSORFOLD_NORM_FUSE=1 TENSORFOLD_GNORM_FUSE=1;TENSORFOLD_NORM_FUSE=1 TENSORFOLD_GNORM_FUSE=0"
 AB="$AB;TENSORFOLD_NORM_FUSE=0 TENSORFOLD_GNORM_FUSE=0"
 for g in 2b 9b; do
-    timeout 170 python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm --streams 1,8 --prompts "" \
+    timeout 270 python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm --streams 1,8 --prompts "" \
         --steps 60 --ab-env "$AB" --ab-rounds 2 --out "$R/decode_$g.md" > "$R/decode_$g.txt" 2>&1
     echo "== $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \[\|Error" "$R/decode_$g.txt" | head -12; pack
 done
-ptest fuse_k 240 tests/kernels/test_gpu_norm_fuse.py -s
-pack
 echo "== done at $((SECONDS - t0)) s"
