@@ -1299,15 +1299,23 @@ def norm_fusable(plan) -> bool:
     return (plan.ks - 1) * -(-ng // plan.ks) < ng
 
 
-def gnorm_fusable(plan, dv: int) -> bool:
+def gnorm_fusable(plan, dv: int, rows: int | None = None) -> bool:
     """Whether :func:`launch_qgemv` takes ``gnorm=`` with heads of ``dv`` for a weight of this plan: a tensor-core
-    plan whose blocks' K ranges hold whole heads."""
+    plan whose blocks' K ranges hold whole heads. ``rows`` (speed policy, not correctness): also whether a launch of
+    that many rows keeps the prologue to one batch of ``norms.GF_NB`` rounds a warp (one L2 round trip); its
+    (row, head) items are served one warp each, so a block with many heads and rows would wait round after round."""
     if isinstance(plan, _qgemv3.V3Plan):
-        return _qgemv3.gnorm_ok(plan, dv)
-    if not (isinstance(plan, GemvPlan) and plan.tc) or dv <= 0 or plan.inp % dv:
-        return False
-    per = -(-(plan.inp // plan.group) // plan.ks)  # groups a block's K range (the last one may be shorter)
-    return plan.ks == 1 or (per * plan.group) % dv == 0
+        if not _qgemv3.gnorm_ok(plan, dv):
+            return False
+        heads, warps, lrows = plan.cg * plan.group // dv, max(plan.nw, plan.nwp), 8
+    else:
+        if not (isinstance(plan, GemvPlan) and plan.tc) or dv <= 0 or plan.inp % dv:
+            return False
+        per = -(-(plan.inp // plan.group) // plan.ks)  # groups a block's K range (the last one may be shorter)
+        if plan.ks > 1 and (per * plan.group) % dv:
+            return False
+        heads, warps, lrows = min(per * plan.group, plan.inp) // dv, plan.tpb // 32, 16
+    return rows is None or -(-min(rows, lrows) * heads // warps) <= norms.GF_NB
 
 
 def launch_dense_gemv(W32, x, y, plan: GemvPlan | None = None, ws=None, stream=0, rows=None):
@@ -1487,13 +1495,12 @@ def _specs():
             specs.append((f, _QN))
             hot.add(f.__name__)
     # the fused gated-norm prologue (TENSORFOLD_GNORM_FUSE=1) in the GDN out_proj kernels of the 2B (2048 x 2048)
-    # and 9B (4096 x 4096), heads of 128, both n-tiles
+    # and 9B (4096 x 4096), heads of 128: one n-tile (gnorm_fusable(rows=) keeps launches of more rows unfused)
     for out, inp in ((2048, 2048), (4096, 4096)):
         p = plan_tc(out, inp, 4, 64)
-        for nt in (1, 2):
-            f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, gnrm=128)
-            specs.append((f, _QG))
-            hot.add(f.__name__)
+        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, gnrm=128)
+        specs.append((f, _QG))
+        hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):

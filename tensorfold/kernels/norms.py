@@ -432,14 +432,20 @@ def gfuse_on() -> bool:
     return os.environ.get("TENSORFOLD_GNORM_FUSE", "0").strip() == "1"
 
 
+GF_NB = 4  # rounds of (row, head) items a warp loads together in a fused gated-norm prologue (one L2 round trip)
+
+
 def fused_gnorm_lines(ind: str, nthreads: int, k0: str, k1: str, dv: int) -> list:
     """Source lines of a GEMV prologue (after its ``pdl_wait``) that makes its x rows ``0 .. R - 1`` over the K
     columns ``k0 .. k1`` (whole heads of ``dv``) as :func:`launch_gated_rms_norm` does: per (row, head) one warp,
     a lane's columns ``lane + 32 i`` loaded, squared and summed in that order, the same butterfly, ``x = o * inv *
     w * act(z)``. ``gf_o`` / ``gf_z`` [R, heads * dv] (any row stride), ``gf_w`` [dv]. Blocks with the same K
-    columns write the same values; a barrier, then the GEMV's x loads read them."""
+    columns write the same values; a barrier, then the GEMV's x loads read them. A warp takes items ``warp + nw *
+    q`` in rounds q; the loads of ``GF_NB`` rounds are issued together, so up to ``GF_NB`` rounds cost one L2 round
+    trip (``affine.gnorm_fusable`` with ``rows`` keeps the runtime's launches within one such batch)."""
     ngv = -(-dv // 32)
     nw = nthreads // 32
+    nb = GF_NB
     L = []
     a = L.append
     J = ind + "    "
@@ -449,32 +455,35 @@ def fused_gnorm_lines(ind: str, nthreads: int, k0: str, k1: str, dv: int) -> lis
     a(f"{ind}gf_k0 = {k0}")
     a(f"{ind}gf_nh = (min({k1}, x.shape[1]) - gf_k0) // {dv}")
     a(f"{ind}gf_items = R * gf_nh")
-    # every warp runs the same number of rounds (the simulator's warp sums are block barriers)
-    a(f"{ind}for gf_q in range((gf_items + {nw - 1}) // {nw}):")
-    a(f"{J}gf_t = gf_q * {nw} + (gf_tid >> 5)")
-    a(f"{J}gf_ok = gf_t < gf_items")
-    a(f"{J}gf_r = gf_t // gf_nh if gf_ok else 0")
-    a(f"{J}gf_hc = gf_k0 + (gf_t - gf_r * gf_nh) * {dv} if gf_ok else 0")
-    a(f"{J}gf_ss = np.float32(0.0)")
-    for i in range(ngv):
-        a(f"{J}gf_c{i} = gf_lane + {32 * i}")
-        a(f"{J}gf_v{i} = np.float32(0.0)")
-        a(f"{J}gf_g{i} = np.float32(0.0)")
-        a(f"{J}gf_m{i} = np.float32(0.0)")
-        a(f"{J}if gf_ok and gf_c{i} < {dv}:")
-        a(f"{K}gf_v{i} = gf_o[gf_r, gf_hc + gf_c{i}]")
-        a(f"{K}gf_g{i} = gf_z[gf_r, gf_hc + gf_c{i}]")
-        a(f"{K}gf_m{i} = gf_w[gf_c{i}]")
-    for i in range(ngv):
-        a(f"{J}if gf_ok and gf_c{i} < {dv}:")
-        a(f"{K}gf_ss += gf_v{i} * gf_v{i}")
-    a(f"{J}gf_tot = warp_sum(gf_ss)")
-    a(f"{J}if gf_ok:")
-    a(f"{K}gf_inv = np.float32(1.0) / np.float32(math.sqrt(gf_tot / np.float32({dv}) + gf_eps))")
-    for i in range(ngv):
-        a(f"{K}if gf_c{i} < {dv}:")
-        a(f"{K}    gf_a = gf_g{i} * _sigmoid(gf_g{i}) if gf_act == 0 else _sigmoid(gf_g{i})")
-        a(f"{K}    x[gf_r, gf_hc + gf_c{i}] = gf_v{i} * gf_inv * gf_m{i} * gf_a")
+    for i in range(ngv):  # the norm weight of a lane's columns (the same for every item)
+        a(f"{ind}gf_c{i} = gf_lane + {32 * i}")
+        a(f"{ind}gf_m{i} = gf_w[min(gf_c{i}, {dv - 1})]")
+    # every warp runs the same number of batches and rounds (the simulator's warp sums are block barriers)
+    a(f"{ind}for gf_bq in range((gf_items + {nw * nb - 1}) // {nw * nb}):")
+    for u in range(nb):
+        a(f"{J}gf_t{u} = (gf_bq * {nb} + {u}) * {nw} + (gf_tid >> 5)")
+        a(f"{J}gf_ok{u} = gf_t{u} < gf_items")
+        a(f"{J}gf_r{u} = gf_t{u} // gf_nh if gf_ok{u} else 0")
+        a(f"{J}gf_hc{u} = gf_k0 + (gf_t{u} - gf_r{u} * gf_nh) * {dv} if gf_ok{u} else 0")
+        for i in range(ngv):
+            a(f"{J}gf_v{u}_{i} = np.float32(0.0)")
+            a(f"{J}gf_g{u}_{i} = np.float32(0.0)")
+            a(f"{J}if gf_ok{u} and gf_c{i} < {dv}:")
+            a(f"{K}gf_v{u}_{i} = gf_o[gf_r{u}, gf_hc{u} + gf_c{i}]")
+            a(f"{K}gf_g{u}_{i} = gf_z[gf_r{u}, gf_hc{u} + gf_c{i}]")
+    for u in range(nb):
+        a(f"{J}gf_ss = np.float32(0.0)")
+        for i in range(ngv):
+            a(f"{J}if gf_ok{u} and gf_c{i} < {dv}:")
+            a(f"{K}gf_ss += gf_v{u}_{i} * gf_v{u}_{i}")
+        a(f"{J}gf_tot = warp_sum(gf_ss)")
+        a(f"{J}if gf_ok{u}:")
+        a(f"{K}gf_inv = np.float32(1.0) / np.float32(math.sqrt(gf_tot / np.float32({dv}) + gf_eps))")
+        for i in range(ngv):
+            a(f"{K}if gf_c{i} < {dv}:")
+            a(f"{K}    gf_gg = gf_g{u}_{i}")
+            a(f"{K}    gf_a = gf_gg * _sigmoid(gf_gg) if gf_act == 0 else _sigmoid(gf_gg)")
+            a(f"{K}    x[gf_r{u}, gf_hc{u} + gf_c{i}] = gf_v{u}_{i} * gf_inv * gf_m{i} * gf_a")
     a(f"{ind}cuda.syncthreads()")
     return L
 

@@ -1915,10 +1915,10 @@ def _specs():
             specs.append((f, sig_n))
             hot.add(f.__name__)
     # the fused gated-norm prologue (TENSORFOLD_GNORM_FUSE=1) in the 27B GDN out_proj (5120 x 6144, heads of 128):
-    # 1 row, 2-4 rows deferred, 5-8 rows deferred
+    # 1 row, and 2 rows deferred (affine.gnorm_fusable(rows=) keeps launches of more rows unfused)
     sig_g = _SIG[:-1] + ", float32[:, ::1], float32[:, :], float32[::1], float32, int32)"
     pg = plan(5120, 6144, 4, 64)
-    for xm, dfr in ((2, False), (2, True), (1, True)):
+    for xm, dfr in ((2, False), (2, True)):
         f = get_pyfunc(4, 64, 1, pg.nw, pg.mt, pg.cg, pg.u, pg.depth, sw=True, xh=xm, defer=dfr, gnrm=128)
         specs.append((f, sig_g))
         hot.add(f.__name__)

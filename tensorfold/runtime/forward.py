@@ -766,14 +766,16 @@ class Runner:
         self.n_fused += 1
         return h[:1], B.d[:1], mult, ho[:1], self.eps
 
-    def _gnorm_fusable(self, name) -> bool:
-        """Whether the GDN out_proj ``name`` takes the gated RMSNorm into its GEMVs (``TENSORFOLD_GNORM_FUSE=1``,
-        ``norms.gfuse_on``, read per forward; an affine tensor-core plan whose K ranges hold whole heads; not the
-        simulator's host stand-ins). The fused GDN step then skips its tail (``launch_fused(norm_tail=False)``)."""
+    def _gnorm_fusable(self, name, R) -> bool:
+        """Whether the GDN out_proj ``name`` takes the gated RMSNorm into its GEMVs of ``R`` rows
+        (``TENSORFOLD_GNORM_FUSE=1``, ``norms.gfuse_on``, read per forward; an affine tensor-core plan whose K ranges
+        hold whole heads, with few enough (row, head) items a block: ``affine.gnorm_fusable(rows=)``; not the
+        simulator's host stand-ins). The fused GDN step then skips its tail (``launch_fused(norm_tail=False)``).
+        The same bits either way, so the choice may depend on R."""
         if not self._gfuse or (IS_SIM and self.sim_stand_ins):
             return False
         ent = self.arena.linear(name)
-        return ent["kind"] == "affine" and affine.gnorm_fusable(ent["plan"], self.Dv)
+        return ent["kind"] == "affine" and affine.gnorm_fusable(ent["plan"], self.Dv, rows=R)
 
     def _unfused(self, pre, parts, buf, R, prompt, stream):
         """The linears ``pre + name`` of ``parts`` ((name, width), ...) that load-time fusion left apart (their
@@ -807,7 +809,7 @@ class Runner:
         if not prompt and self.gdn_fuse_ok and delta_rule.fused_on(R):
             # conv + gates + delta rule + gated RMSNorm in one launch (same logs / xlog as the three launches)
             logs = (B.log_k[li], B.log_d[li], B.log_a[li]) if mode == "verify" else (B.no_k, B.no_d, B.no_a)
-            gf = self._gnorm_fusable(pre + "out_proj")
+            gf = self._gnorm_fusable(pre + "out_proj", R)
             delta_rule.launch_fused(qkv, self.arena.vec(pre + "conv1d"), tail, xlog, z, self.arena.vec(pre + "norm"),
                                     aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"), cc.rec[li],
                                     *seg, m.view("seg_commit", S), par, B.o[:R], B.gn[:R], self.gdn_ctr, *logs,

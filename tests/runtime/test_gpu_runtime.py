@@ -291,7 +291,8 @@ def test_fused_norm_same_logits(ck2b, monkeypatch, v3):
     GDN gated norm inside out_proj) against neither, with the default plans (the first tensor-core kernel, qgemv for
     the head) and with every linear on qgemv (``TENSORFOLD_GEMV_V3=1``): a prompt of 40 tokens a stream, three
     one-row steps, then a step of 6 streams give the same logits bit for bit; the fused runner fused every add +
-    RMSNorm of a one-row step and none of the 6-row step, and every GDN layer's gated norm of every step."""
+    RMSNorm of a one-row step and none of the 6-row step, and every GDN layer's gated norm of every one-row step
+    (of the 6-row step as ``affine.gnorm_fusable(rows=)`` decides: all layers or none)."""
     from tensorfold.runtime import forward as F
     from tensorfold.runtime.arena import Arena
 
@@ -320,7 +321,8 @@ def test_fused_norm_same_logits(ck2b, monkeypatch, v3):
         res.append(([np.asarray(o).copy() for o in outs], counts))
         del run, arena
     (base, c0), (fused, c1) = res
-    assert c0 == [(0, 0)] * 4 and c1 == [(2 * L, nl)] * 3 + [(0, nl)], (c0, c1)
+    assert c0 == [(0, 0)] * 4 and c1[:3] == [(2 * L, nl)] * 3 and c1[3][0] == 0, (c0, c1)
+    assert c1[3][1] in (0, nl), c1  # six rows: fused or not by affine.gnorm_fusable's speed policy, all or none
     for i, (a, b) in enumerate(zip(base, fused)):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"forward {i}"
     print(f"\nfused add + RMSNorm and gated norm ({v3} plans): logits equal (prompt of 40, 3 one-row steps, a "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 36: 27B decode A/B/C of the fused norms (both, NORM only, neither), one process, 2 rounds.
 # Prediction (low confidence, see gpu_s37a.sh): one stream +0.5 to +3 % with NORM, +0.3 to +1 % more with GNORM;
-# eight streams +0.3 to +1 % (GNORM only).
+# eight streams unchanged.
 . benchmarks/_dec.sh
 out_dir s37c
 t0=$SECONDS
