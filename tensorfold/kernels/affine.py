@@ -1257,13 +1257,13 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     if norm is not None and not (no is None and norm_fusable(plan)):
         raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan whose blocks all have K "
                          f"columns ({plan})")
-    nrm, nargs = _qgemv3.fused_args(norm, x, R)
-    gdv = _qgemv3.gnorm_dv(gnorm, x, R)
+    nrm, nargs = norms.fused_args(norm, x, R)
+    gdv = norms.gnorm_dv(gnorm, x, R)
     if gnorm is not None:
         if no is not None or not gnorm_fusable(plan, gdv):
             raise ValueError(f"launch_qgemv: a fused gated norm needs a tensor-core plan with K ranges of whole heads "
                              f"of {gdv} ({plan})")
-        nargs = _qgemv3.gnorm_args(gnorm, 0, R)
+        nargs = norms.gnorm_args(gnorm, 0, R)
     if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,

@@ -348,9 +348,9 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
     """Source lines of a GEMV prologue (after its ``pdl_wait``) that does the one-row add + RMSNorm of
     :func:`launch_add_rms_norm` for it: ``v = nf_h[0] + nf_d[0]``, ``inv = 1 / sqrt(mean(v^2) + eps)``,
     ``x = v * inv * nf_m``. For its own K columns ``k0 .. k1`` (expressions of the kernel) the block leaves x in the
-    shared array ``nf_xs`` (indexed by column; the GEMV reads x from there, not from global memory) and writes
-    ``x[0, c]`` and the updated residual ``nf_ho[0, c] = v`` (a second buffer: every block reads all of ``nf_h``) for
-    later readers. Blocks with the same K columns write the same values.
+    shared array ``nf_xs`` (indexed by column; the GEMV reads x from there, not from global memory). One block a K
+    range (``blockIdx.x == 0``) writes ``x[0, c]`` and the updated residual ``nf_ho[0, c] = v`` (a second buffer:
+    every block reads all of ``nf_h``) for later readers; the other blocks' copies would be the same values.
 
     Every block reduces the whole row the way the standalone vectorized kernel does at its geometry ``geo`` =
     (threads, float4 a thread) (:func:`norm_v_geometry`): the real warps take its virtual warps in turn, each
@@ -411,14 +411,18 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
     a(f"{ind}for nf_i in range(1, {nvw}):")
     a(f"{J}nf_tot += nf_red[nf_i]")
     a(f"{ind}nf_inv = np.float32(1.0) / np.float32(math.sqrt(nf_tot / np.float32(nf_n) + nf_eps))")
-    for it in range(nst):  # x made in place over v (each element read and written by one thread)
+    # x made in place over v (each element read and written by one thread); the blocks of the grid's first column
+    # (one a K range: the K split is another grid axis in both GEMVs) also write x and the residual out
+    a(f"{ind}nf_out = cuda.blockIdx.x == 0")
+    for it in range(nst):
         a(f"{ind}if nf_eok{it}:")
         for e in range(4):
             a(f"{J}nf_w{e} = nf_xs[nf_e{it} + {e}]")
             a(f"{J}nf_y{e} = nf_w{e} * nf_inv * nf_m{it}_{e}")
             a(f"{J}nf_xs[nf_e{it} + {e}] = nf_y{e}")
-        a(f"{J}_st4(nf_ho, 0, nf_e{it}, nf_w0, nf_w1, nf_w2, nf_w3)")
-        a(f"{J}_st4(x, 0, nf_e{it}, nf_y0, nf_y1, nf_y2, nf_y3)")
+        a(f"{J}if nf_out:")
+        a(f"{J}    _st4(nf_ho, 0, nf_e{it}, nf_w0, nf_w1, nf_w2, nf_w3)")
+        a(f"{J}    _st4(x, 0, nf_e{it}, nf_y0, nf_y1, nf_y2, nf_y3)")
     a(f"{ind}cuda.syncthreads()")
     return L
 
@@ -490,6 +494,41 @@ def fused_gnorm_lines(ind: str, nthreads: int, k0: str, k1: str, dv: int) -> lis
 
 def gfused_glb() -> dict:
     return {"math": math, "warp_sum": warp_sum, "_sigmoid": _sigmoid}
+
+
+def gnorm_dv(gnorm, x, R: int) -> int:
+    """The head width of ``gnorm`` = (o, z, w, eps, act) (0 for None), checking its shapes against x [R, K]."""
+    if gnorm is None:
+        return 0
+    o, z, w, _, _ = gnorm
+    dv, K = int(w.shape[0]), x.shape[1]
+    if K % dv or tuple(o.shape[1:]) != (K,) or tuple(z.shape[1:]) != (K,) or o.shape[0] < R or z.shape[0] < R:
+        raise ValueError(f"GEMV with a fused gated norm: o, z [>= {R}, {K}], w [dv] with dv dividing {K} (o "
+                         f"{tuple(o.shape)}, z {tuple(z.shape)}, w {tuple(w.shape)})")
+    return dv
+
+
+def gnorm_args(gnorm, r0: int, n: int) -> tuple:
+    """The kernel arguments of ``gnorm`` for launch rows ``r0 .. r0 + n - 1`` (() for None)."""
+    if gnorm is None:
+        return ()
+    o, z, w, eps, act = gnorm
+    return o[r0:r0 + n], z[r0:r0 + n], w, np.float32(eps), np.int32(0 if act in ("silu", "swish") else 1)
+
+
+def fused_args(norm, x, R: int, defer: bool = False):
+    """(prologue geometry, extra kernel arguments) of a GEMV launch given ``norm`` = (h, d, mult, h_out, eps) or
+    None (-> (None, ())); a ValueError where the fused add + RMSNorm cannot run (``norms.fused_norm_lines``)."""
+    if norm is None:
+        return None, ()
+    h, d, mult, ho, eps = norm
+    n = x.shape[1]
+    geo = fuse_geometry(n)
+    if R != 1 or defer or geo is None or not vec_aligned(x, h, d, mult, ho) or \
+            not (tuple(h.shape) == tuple(d.shape) == tuple(ho.shape) == (1, n) and tuple(mult.shape) == (n,)):
+        raise ValueError(f"GEMV with a fused add + RMSNorm: one row (R {R}), no deferred completion, rows of {n} that "
+                         "the vectorized norm kernel takes, h / d / h_out [1, n], mult [n], 16-byte aligned")
+    return geo, (h, d, mult, ho, np.float32(eps))
 
 
 def _ptr(a) -> int:

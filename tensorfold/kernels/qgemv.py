@@ -1752,8 +1752,8 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     if defer and not (defer_ok(p, R, glu) and ws is not None and ws.shape == (p.ks, R, out)):
         raise ValueError(f"qgemv: a deferred completion needs ks > 1 (ks {p.ks}), at most 8 rows (R {R}), no "
                          f"epilogue, a register-ring plan and ws [ks, R, out] = {(p.ks, R, out)}")
-    nrm, nargs = fused_args(norm, x, R, defer)
-    gdv = gnorm_dv(gnorm, x, R)
+    nrm, nargs = norms.fused_args(norm, x, R, defer)
+    gdv = norms.gnorm_dv(gnorm, x, R)
     if gnorm is not None and not gnorm_ok(p, gdv):
         raise ValueError(f"qgemv: a fused gated norm needs K chunks of whole heads ({p.cg} groups of {p.group}, "
                          f"heads of {gdv})")
@@ -1777,48 +1777,13 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         cfg = k[(gx, p.ks), tpb, stream, dyn]
         if dyn and not IS_SIM:
             cfg.pre_launch_callbacks.append(_allow_dyn(dyn))  # above 48 KB a launch fails without it
-        cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n), *(nargs or gnorm_args(gnorm, r0, n)))
+        cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n), *(nargs or norms.gnorm_args(gnorm, r0, n)))
     return y
-
-
-def gnorm_dv(gnorm, x, R: int) -> int:
-    """The head width of ``gnorm`` = (o, z, w, eps, act) (0 for None), checking its shapes against x [R, K]."""
-    if gnorm is None:
-        return 0
-    o, z, w, _, _ = gnorm
-    dv, K = int(w.shape[0]), x.shape[1]
-    if K % dv or tuple(o.shape[1:]) != (K,) or tuple(z.shape[1:]) != (K,) or o.shape[0] < R or z.shape[0] < R:
-        raise ValueError(f"GEMV with a fused gated norm: o, z [>= {R}, {K}], w [dv] with dv dividing {K} (o "
-                         f"{tuple(o.shape)}, z {tuple(z.shape)}, w {tuple(w.shape)})")
-    return dv
 
 
 def gnorm_ok(p, dv: int) -> bool:
     """Whether qgemv plan ``p``'s K chunks hold whole heads of ``dv`` columns (a fused gated norm's need)."""
     return dv > 0 and (p.cg * p.group) % dv == 0
-
-
-def gnorm_args(gnorm, r0: int, n: int) -> tuple:
-    """The kernel arguments of ``gnorm`` for launch rows ``r0 .. r0 + n - 1`` (() for None)."""
-    if gnorm is None:
-        return ()
-    o, z, w, eps, act = gnorm
-    return o[r0:r0 + n], z[r0:r0 + n], w, np.float32(eps), np.int32(0 if act in ("silu", "swish") else 1)
-
-
-def fused_args(norm, x, R: int, defer: bool = False):
-    """(prologue geometry, extra kernel arguments) of a GEMV launch given ``norm`` = (h, d, mult, h_out, eps) or
-    None (-> (None, ())); a ValueError where the fused add + RMSNorm cannot run (``norms.fused_norm_lines``)."""
-    if norm is None:
-        return None, ()
-    h, d, mult, ho, eps = norm
-    n = x.shape[1]
-    geo = norms.fuse_geometry(n)
-    if R != 1 or defer or geo is None or not norms.vec_aligned(x, h, d, mult, ho) or \
-            not (tuple(h.shape) == tuple(d.shape) == tuple(ho.shape) == (1, n) and tuple(mult.shape) == (n,)):
-        raise ValueError(f"GEMV with a fused add + RMSNorm: one row (R {R}), no deferred completion, rows of {n} that "
-                         "the vectorized norm kernel takes, h / d / h_out [1, n], mult [n], 16-byte aligned")
-    return geo, (h, d, mult, ho, np.float32(eps))
 
 
 # ----------------------------------------------------------------------------------------------------------------
