@@ -353,11 +353,10 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
                 nbytes = wbytes + n * state_rw + n * avg_len * kv_tok
                 floor = nbytes / bw
                 rows.append((lab, n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
-                # norms issued inside GEMVs so far (TENSORFOLD_NORM_FUSE=1, TENSORFOLD_GNORM_FUSE=1)
-                nf, ng = getattr(be.runner, "n_fused", 0), getattr(be.runner, "n_gfused", 0)
+                nf = getattr(be.runner, "n_fused", 0)  # norms issued inside GEMVs so far (TENSORFOLD_NORM_FUSE=1)
                 log(f"[{geom}] {lab} {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
                     f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline"
-                    + (f" (fused so far: {nf} add + RMSNorm, {ng} gated norms)" if nf or ng else ""))
+                    + (f" (fused add + RMSNorms so far: {nf})" if nf else ""))
                 for s in slots:
                     be.free(s)
     _restore_env(saved)

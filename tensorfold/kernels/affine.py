@@ -686,7 +686,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, gnrm: int = 0) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -710,16 +710,14 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel (``norms.fused_norm_lines`` at the
     standalone kernel's geometry ``nrm``; arguments ``norms.FUSED_ARGS`` after ``c1``): each block makes x over its
-    K range in shared memory (``nf_xs``), and its warps read it there (``_tcxs``) instead of from global x.
-    ``gnrm`` (the head width; K ranges of whole heads): x is first made as the GDN output's gated RMSNorm
-    (``norms.fused_gnorm_lines``, arguments ``norms.GFUSED_ARGS``)."""
+    K range in shared memory (``nf_xs``), and its warps read it there (``_tcxs``) instead of from global x."""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
     L = []
     a = L.append
-    extra = ", " + norms.FUSED_ARGS if nrm else ", " + norms.GFUSED_ARGS if gnrm else ""
+    extra = ", " + norms.FUSED_ARGS if nrm else ""
     a(f"def {name}(W, S, B, x, y, R, c0, c1{extra}):")
     if _device.gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
@@ -796,8 +794,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    pdl_wait()")
     if nrm:
         L.extend(norms.fused_norm_lines("    ", nrm, nw * 32, f"gb * {group}", f"ge * {group}"))
-    elif gnrm:
-        L.extend(norms.fused_gnorm_lines("    ", nw * 32, f"gb * {group}", f"ge * {group}", gnrm))
     a("    for it in range(nit):")
     I = "        "
     a(f"{I}G0 = wb + it * {u}")
@@ -919,10 +915,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, gnrm: int = 0):
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None):
     glu = bool(glu)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, int(gnrm))
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -931,29 +927,25 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += "_glu"
         if nrm:
             name += f"_nf{nrm[0]}x{nrm[1]}"
-        if gnrm:
-            name += f"_gf{gnrm}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
         if nrm:
             extra.update(norms.fused_glb())
-        if gnrm:
-            extra.update(norms.gfused_glb())
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm,
-                                                   int(gnrm)), extra)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm),
+                              extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, gnrm: int = 0):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, int(gnrm))
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None)
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, gnrm), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm), **kw)
     return _KCACHE[key]
 
 
@@ -1226,7 +1218,7 @@ def glu_faster(plan, out: int, rows: int) -> bool:
 
 
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None, glu: bool = False, cnt=None, norm=None, gnorm=None):
+                 no: int | None = None, glu: bool = False, cnt=None, norm=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
@@ -1235,9 +1227,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise). ``cnt``: qgemv's arrival counters
     (``qgemv.new_counters``; default the shared set). ``norm`` = (h, d, mult, h_out, eps): one row whose x the
     kernel makes first as ``norms.launch_add_rms_norm(d, h, mult, x, eps)`` would (the residual into ``h_out``);
-    tensor-core plans only (:func:`norm_fusable`), a ValueError otherwise. ``gnorm`` = (o, z, w, eps, act): x is made
-    first as ``norms.launch_gated_rms_norm(o, z, w, x, eps, dv, act)`` would (tensor-core plans whose K ranges hold
-    whole heads: :func:`gnorm_fusable`)."""
+    tensor-core plans only (:func:`norm_fusable`), a ValueError otherwise."""
     out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
     if plan is None:
@@ -1249,8 +1239,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
             if _scale_kind(S) != "bf16":
                 raise ValueError(f"launch_qgemv: a qgemv plan needs bf16 scales, got {_scale_kind(S)} "
                                  "(plan with plan_qgemv(..., scales=...))")
-            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu, cnt=cnt, norm=norm,
-                                  gnorm=gnorm)
+            return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu, cnt=cnt, norm=norm)
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)
@@ -1258,16 +1247,10 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan whose blocks all have K "
                          f"columns ({plan})")
     nrm, nargs = norms.fused_args(norm, x, R)
-    gdv = norms.gnorm_dv(gnorm, x, R)
-    if gnorm is not None:
-        if no is not None or not gnorm_fusable(plan, gdv):
-            raise ValueError(f"launch_qgemv: a fused gated norm needs a tensor-core plan with K ranges of whole heads "
-                             f"of {gdv} ({plan})")
-        nargs = norms.gnorm_args(gnorm, 0, R)
     if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu, nrm, gdv)
+                          glu, nrm)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1297,25 +1280,6 @@ def norm_fusable(plan) -> bool:
         return False
     ng = plan.inp // plan.group
     return (plan.ks - 1) * -(-ng // plan.ks) < ng
-
-
-def gnorm_fusable(plan, dv: int, rows: int | None = None) -> bool:
-    """Whether :func:`launch_qgemv` takes ``gnorm=`` with heads of ``dv`` for a weight of this plan: a tensor-core
-    plan whose blocks' K ranges hold whole heads. ``rows`` (speed policy, not correctness): also whether a launch of
-    that many rows keeps the prologue to one batch of ``norms.GF_NB`` rounds a warp (one L2 round trip); its
-    (row, head) items are served one warp each, so a block with many heads and rows would wait round after round."""
-    if isinstance(plan, _qgemv3.V3Plan):
-        if not _qgemv3.gnorm_ok(plan, dv):
-            return False
-        heads, warps, lrows = plan.cg * plan.group // dv, max(plan.nw, plan.nwp), 8
-    else:
-        if not (isinstance(plan, GemvPlan) and plan.tc) or dv <= 0 or plan.inp % dv:
-            return False
-        per = -(-(plan.inp // plan.group) // plan.ks)  # groups a block's K range (the last one may be shorter)
-        if plan.ks > 1 and (per * plan.group) % dv:
-            return False
-        heads, warps, lrows = min(per * plan.group, plan.inp) // dv, plan.tpb // 32, 16
-    return rows is None or -(-min(rows, lrows) * heads // warps) <= norms.GF_NB
 
 
 def launch_dense_gemv(W32, x, y, plan: GemvPlan | None = None, ws=None, stream=0, rows=None):
@@ -1442,7 +1406,6 @@ def launch_qgemm(W, S, B, x, y, bits: int, group: int, stream=0, rows=None):
 _Q = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _QF = "void(uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _QN = _Q[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"  # + norms.FUSED_ARGS
-_QG = _Q[:-1] + ", float32[:, ::1], float32[:, :], float32[::1], float32, int32)"  # + norms.GFUSED_ARGS
 _D = "void(uint32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _G = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
 
@@ -1494,13 +1457,6 @@ def _specs():
         if (f, _QN) not in specs:
             specs.append((f, _QN))
             hot.add(f.__name__)
-    # the fused gated-norm prologue (TENSORFOLD_GNORM_FUSE=1) in the GDN out_proj kernels of the 2B (2048 x 2048)
-    # and 9B (4096 x 4096), heads of 128: one n-tile (gnorm_fusable(rows=) keeps launches of more rows unfused)
-    for out, inp in ((2048, 2048), (4096, 4096)):
-        p = plan_tc(out, inp, 4, 64)
-        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, gnrm=128)
-        specs.append((f, _QG))
-        hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):

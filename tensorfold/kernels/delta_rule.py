@@ -313,7 +313,7 @@ def _conv_ch(x, cw, tail, slot, src, ch):
     return silu32(acc)
 
 
-def _make_recurrent(general, fused=False, tail=True):
+def _make_recurrent(general, fused=False):
     """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
     so both run the same float operations in the same order (the flags are compile-time constants).
 
@@ -324,11 +324,9 @@ def _make_recurrent(general, fused=False, tail=True):
     ``compact.conv_commit``), and after its rows the last of a head's column-slice blocks to arrive (a per
     (segment, head) counter in ``ctr``, reset by that block) applies the gated RMSNorm of the head's rows (``o``
     re-read from L2) into ``gn`` with the arithmetic of ``norms.gated_rms_norm_k``. The unfused kernels get zero-size
-    stand-ins for the extra arguments (those branches are compiled out). ``tail=False`` (fused only): no gated
-    norm, no arrival counter; ``o`` is the result (the out_proj GEMV makes gn from it, ``norms.fused_gnorm_lines``)."""
+    stand-ins for the extra arguments (those branches are compiled out)."""
     GEN = general
     FUSED = fused
-    TAIL = fused and tail
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
              log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
@@ -607,7 +605,7 @@ def _make_recurrent(general, fused=False, tail=True):
                     o3 = o0
                 _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
             cur = r
-        if TAIL:
+        if FUSED:
             # arrival of this column slice: every thread's o stores fenced, one atomic per block -- before the
             # state write-back, so the fence does not wait for those stores
             cuda.threadfence()
@@ -619,7 +617,7 @@ def _make_recurrent(general, fused=False, tail=True):
                 i = rg + SRG * t
                 if i < Dk:
                     _st4(state, slot, hv, i, c0, S[t * CPT], S[t * CPT + 1], S[t * CPT + 2], S[t * CPT + 3])
-        if TAIL:
+        if FUSED:
             # the last slice of the head to arrive applies the gated RMSNorm to the head's rows (o re-read from L2),
             # one warp a row, with the arithmetic of ``norms.gated_rms_norm_k`` (lane-strided columns, the same
             # butterfly, the same products), so gn equals the three-launch path bit for bit
@@ -667,11 +665,6 @@ gdn_fused_recurrent = _make_recurrent(True, True)
 gdn_fused_recurrent.__name__ = gdn_fused_recurrent.__qualname__ = "gdn_fused_recurrent"
 gdn_fused_step = _make_recurrent(False, True)
 gdn_fused_step.__name__ = gdn_fused_step.__qualname__ = "gdn_fused_step"
-# without the gated-norm tail (TENSORFOLD_GNORM_FUSE=1: the out_proj GEMV applies it)
-gdn_fused_recurrent_nt = _make_recurrent(True, True, False)
-gdn_fused_recurrent_nt.__name__ = gdn_fused_recurrent_nt.__qualname__ = "gdn_fused_recurrent_nt"
-gdn_fused_step_nt = _make_recurrent(False, True, False)
-gdn_fused_step_nt.__name__ = gdn_fused_step_nt.__qualname__ = "gdn_fused_step_nt"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1033,22 +1026,17 @@ COMPILE_SPECS = [
     (gdn_step, SIG_RECURRENT),
     (gdn_fused_recurrent, SIG_FUSED),
     (gdn_fused_step, SIG_FUSED),
-    (gdn_fused_recurrent_nt, SIG_FUSED),
-    (gdn_fused_step_nt, SIG_FUSED),
     (gdn_prep, SIG_PREP),
     (gdn_chunk_intra, SIG_INTRA),
     (gdn_chunk_inter, SIG_INTER),
 ] + [(_INTER_PY[w], SIG_INTER) for w in INTER_WIDTHS if w != VS]
-HOT = {"gdn_recurrent", "gdn_step", "gdn_fused_recurrent", "gdn_fused_step", "gdn_fused_recurrent_nt",
-       "gdn_fused_step_nt"}
+HOT = {"gdn_recurrent", "gdn_step", "gdn_fused_recurrent", "gdn_fused_step"}
 
 k_gates = _kcache.kjit(gdn_gates_kernel)
 k_recurrent = _kcache.kjit(gdn_recurrent)
 k_step = _kcache.kjit(gdn_step)
 k_fused_recurrent = _kcache.kjit(gdn_fused_recurrent)
 k_fused_step = _kcache.kjit(gdn_fused_step)
-k_fused_recurrent_nt = _kcache.kjit(gdn_fused_recurrent_nt)
-k_fused_step_nt = _kcache.kjit(gdn_fused_step_nt)
 k_prep = _kcache.kjit(gdn_prep)
 k_chunk_intra = _kcache.kjit(gdn_chunk_intra)
 k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
@@ -1137,7 +1125,7 @@ def fused_counters(nseg, Hv):
 
 
 def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit,
-                 parent, o, gn, cnt, log_k, log_d, log_a, eps, act="silu", *, nseg=None, stream=0, norm_tail=True):
+                 parent, o, gn, cnt, log_k, log_d, log_a, eps, act="silu", *, nseg=None, stream=0):
     """conv + SiLU -> gates, l2 norms, delta rule -> gated RMSNorm of the step / window / tree rows of one layer
     in one launch (what ``conv.launch_conv`` + :func:`launch_recurrent` + ``norms.launch_gated_rms_norm`` do in
     three).
@@ -1147,8 +1135,7 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
     [R, Hv*Dv] gate rows, nw f32 [Dv] norm weight, a, b f32 [R, Hv]; state, segments, parent, logs as in
     :func:`launch_recurrent`; o f32 [R, Hv, Dv] scratch (the pre-norm output), gn f32 [R, Hv*Dv] result; cnt int32
     [>= nseg, >= Hv] zeroed counters (:func:`fused_counters`). ``act``: "silu" / "swish" or "sigmoid".
-    Same geometry as :func:`launch_recurrent`; the lean kernel without logs (chains only). ``norm_tail=False``: o is
-    the result and gn is not written (the out_proj GEMV's ``gnorm=`` makes it; ``cnt`` unused)."""
+    Same geometry as :func:`launch_recurrent`; the lean kernel without logs (chains only)."""
     Hv, Dk, Dv = state.shape[1], state.shape[2], state.shape[3]
     if not fused_ok(Dk, Dv, cw.shape[1]):
         raise ValueError(f"launch_fused: needs conv width {CONVK}, Dv % {CPT} == 0, Dv <= {SNT}, Dk <= {MAXDK} "
@@ -1156,10 +1143,7 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
     ns = seg_len.shape[0] if nseg is None else nseg
     if cnt.shape[0] < ns or cnt.shape[1] < Hv:
         raise ValueError(f"launch_fused: counters {cnt.shape} for {ns} segments x {Hv} heads")
-    if norm_tail:
-        k = k_fused_recurrent if log_d.shape[0] > 0 else k_fused_step
-    else:
-        k = k_fused_recurrent_nt if log_d.shape[0] > 0 else k_fused_step_nt
+    k = k_fused_recurrent if log_d.shape[0] > 0 else k_fused_step
     ac = 0 if act in ("silu", "swish") else 1
     k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
         x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,

@@ -6,9 +6,9 @@ Owns
 - ``rms_norm_k(x, mult, y, eps)``: ``y = x / sqrt(mean(x^2) + eps) * mult``.
 - ``gated_rms_norm_k(o, z, w, y, eps, head_dim, act)``: per head of ``head_dim`` columns
   ``y = o / sqrt(mean(o^2) + eps) * w * act(z)``, act 0 = silu, 1 = sigmoid (the GDN output norm).
-- ``fused_norm_lines`` / ``fused_gnorm_lines``: source lines of GEMV prologues (qgemv, the first tensor-core
-  kernel) that do the one-row add + RMSNorm / the GDN gated norm for the GEMV that reads their output, with these
-  kernels' bits (``TENSORFOLD_NORM_FUSE`` / ``TENSORFOLD_GNORM_FUSE``, :func:`fuse_on` / :func:`gfuse_on`).
+- ``fused_norm_lines``: source lines of a GEMV prologue (qgemv, the first tensor-core kernel) that does the
+  one-row add + RMSNorm for the GEMV that reads its output, with these kernels' bits (``TENSORFOLD_NORM_FUSE``,
+  :func:`fuse_on`; opt-in: no gain measured in session 37).
 Arrays are float32 2-d ``[R, n]`` (C-contiguous), multipliers float32 ``[n]`` / ``[head_dim]``.
 
 Reference mirrored: ``tensorfold.reference.ops.rms_norm``, ``add_rms_norm``, ``gated_rms_norm`` (fp32).
@@ -325,7 +325,9 @@ def norm_v_geometry(n: int, sim: bool = IS_SIM):
 
 def fuse_on() -> bool:
     """``TENSORFOLD_NORM_FUSE=1`` (read at each forward): a one-row add + RMSNorm runs inside the GEMV that reads
-    its output (:func:`fused_norm_lines`) instead of as its own launch. Off by default until measured on the GPU."""
+    its output (:func:`fused_norm_lines`) instead of as its own launch. Off by default: session 37's decode A/B found
+    no gain (2B and 9B, one stream, within noise; the prologue sits after the PDL wait, where the standalone launch
+    overlapped)."""
     return os.environ.get("TENSORFOLD_NORM_FUSE", "0").strip() == "1"
 
 
@@ -425,95 +427,6 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
         a(f"{J}    _st4(x, 0, nf_e{it}, nf_y0, nf_y1, nf_y2, nf_y3)")
     a(f"{ind}cuda.syncthreads()")
     return L
-
-
-GFUSED_ARGS = "gf_o, gf_z, gf_w, gf_eps, gf_act"  # a GEMV kernel's arguments for a fused gated-norm prologue
-
-
-def gfuse_on() -> bool:
-    """``TENSORFOLD_GNORM_FUSE=1`` (read at each forward): the GDN output's gated RMSNorm runs in the out_proj GEMV
-    (:func:`fused_gnorm_lines`) instead of in the fused GDN step's tail. Off by default until measured."""
-    return os.environ.get("TENSORFOLD_GNORM_FUSE", "0").strip() == "1"
-
-
-GF_NB = 4  # rounds of (row, head) items a warp loads together in a fused gated-norm prologue (one L2 round trip)
-
-
-def fused_gnorm_lines(ind: str, nthreads: int, k0: str, k1: str, dv: int) -> list:
-    """Source lines of a GEMV prologue (after its ``pdl_wait``) that makes its x rows ``0 .. R - 1`` over the K
-    columns ``k0 .. k1`` (whole heads of ``dv``) as :func:`launch_gated_rms_norm` does: per (row, head) one warp,
-    a lane's columns ``lane + 32 i`` loaded, squared and summed in that order, the same butterfly, ``x = o * inv *
-    w * act(z)``. ``gf_o`` / ``gf_z`` [R, heads * dv] (any row stride), ``gf_w`` [dv]. Blocks with the same K
-    columns write the same values; a barrier, then the GEMV's x loads read them. A warp takes items ``warp + nw *
-    q`` in rounds q; the loads of ``GF_NB`` rounds are issued together, so up to ``GF_NB`` rounds cost one L2 round
-    trip (``affine.gnorm_fusable`` with ``rows`` keeps the runtime's launches within one such batch)."""
-    ngv = -(-dv // 32)
-    nw = nthreads // 32
-    nb = GF_NB
-    L = []
-    a = L.append
-    J = ind + "    "
-    K = J + "    "
-    a(f"{ind}gf_tid = cuda.threadIdx.x")
-    a(f"{ind}gf_lane = gf_tid & 31")
-    a(f"{ind}gf_k0 = {k0}")
-    a(f"{ind}gf_nh = (min({k1}, x.shape[1]) - gf_k0) // {dv}")
-    a(f"{ind}gf_items = R * gf_nh")
-    for i in range(ngv):  # the norm weight of a lane's columns (the same for every item)
-        a(f"{ind}gf_c{i} = gf_lane + {32 * i}")
-        a(f"{ind}gf_m{i} = gf_w[min(gf_c{i}, {dv - 1})]")
-    # every warp runs the same number of batches and rounds (the simulator's warp sums are block barriers)
-    a(f"{ind}for gf_bq in range((gf_items + {nw * nb - 1}) // {nw * nb}):")
-    for u in range(nb):
-        a(f"{J}gf_t{u} = (gf_bq * {nb} + {u}) * {nw} + (gf_tid >> 5)")
-        a(f"{J}gf_ok{u} = gf_t{u} < gf_items")
-        a(f"{J}gf_r{u} = gf_t{u} // gf_nh if gf_ok{u} else 0")
-        a(f"{J}gf_hc{u} = gf_k0 + (gf_t{u} - gf_r{u} * gf_nh) * {dv} if gf_ok{u} else 0")
-        for i in range(ngv):
-            a(f"{J}gf_v{u}_{i} = np.float32(0.0)")
-            a(f"{J}gf_g{u}_{i} = np.float32(0.0)")
-            a(f"{J}if gf_ok{u} and gf_c{i} < {dv}:")
-            a(f"{K}gf_v{u}_{i} = gf_o[gf_r{u}, gf_hc{u} + gf_c{i}]")
-            a(f"{K}gf_g{u}_{i} = gf_z[gf_r{u}, gf_hc{u} + gf_c{i}]")
-    for u in range(nb):
-        a(f"{J}gf_ss = np.float32(0.0)")
-        for i in range(ngv):
-            a(f"{J}if gf_ok{u} and gf_c{i} < {dv}:")
-            a(f"{K}gf_ss += gf_v{u}_{i} * gf_v{u}_{i}")
-        a(f"{J}gf_tot = warp_sum(gf_ss)")
-        a(f"{J}if gf_ok{u}:")
-        a(f"{K}gf_inv = np.float32(1.0) / np.float32(math.sqrt(gf_tot / np.float32({dv}) + gf_eps))")
-        for i in range(ngv):
-            a(f"{K}if gf_c{i} < {dv}:")
-            a(f"{K}    gf_gg = gf_g{u}_{i}")
-            a(f"{K}    gf_a = gf_gg * _sigmoid(gf_gg) if gf_act == 0 else _sigmoid(gf_gg)")
-            a(f"{K}    x[gf_r{u}, gf_hc{u} + gf_c{i}] = gf_v{u}_{i} * gf_inv * gf_m{i} * gf_a")
-    a(f"{ind}cuda.syncthreads()")
-    return L
-
-
-def gfused_glb() -> dict:
-    return {"math": math, "warp_sum": warp_sum, "_sigmoid": _sigmoid}
-
-
-def gnorm_dv(gnorm, x, R: int) -> int:
-    """The head width of ``gnorm`` = (o, z, w, eps, act) (0 for None), checking its shapes against x [R, K]."""
-    if gnorm is None:
-        return 0
-    o, z, w, _, _ = gnorm
-    dv, K = int(w.shape[0]), x.shape[1]
-    if K % dv or tuple(o.shape[1:]) != (K,) or tuple(z.shape[1:]) != (K,) or o.shape[0] < R or z.shape[0] < R:
-        raise ValueError(f"GEMV with a fused gated norm: o, z [>= {R}, {K}], w [dv] with dv dividing {K} (o "
-                         f"{tuple(o.shape)}, z {tuple(z.shape)}, w {tuple(w.shape)})")
-    return dv
-
-
-def gnorm_args(gnorm, r0: int, n: int) -> tuple:
-    """The kernel arguments of ``gnorm`` for launch rows ``r0 .. r0 + n - 1`` (() for None)."""
-    if gnorm is None:
-        return ()
-    o, z, w, eps, act = gnorm
-    return o[r0:r0 + n], z[r0:r0 + n], w, np.float32(eps), np.int32(0 if act in ("silu", "swish") else 1)
 
 
 def fused_args(norm, x, R: int, defer: bool = False):

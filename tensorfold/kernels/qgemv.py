@@ -473,7 +473,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, gnrm: int = 0) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -537,9 +537,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel, ``norms.fused_norm_lines`` at the
     standalone kernel's geometry ``nrm``: the kernel takes ``norms.FUSED_ARGS`` after ``R``; each block makes its
-    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x.
-    ``gnrm`` (the head width, a divisor of the chunk): x is first made as the GDN output's gated RMSNorm
-    (``norms.fused_gnorm_lines``, arguments ``norms.GFUSED_ARGS``)."""
+    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x."""
     nwp = max(nwp, nw)
     assert not xh or not (pf or stages or kp > 1)
     X8 = xh == 1
@@ -570,7 +568,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     HS = [("a0", "a", 0), ("a1", "a", 1), ("b0", "b", 0), ("b1", "b", 1)] if X8 else [("a", "a", 0), ("b", "b", 0)]
     L = []
     a = L.append
-    extra = ", " + norms.FUSED_ARGS if nrm else ", " + norms.GFUSED_ARGS if gnrm else ""
+    extra = ", " + norms.FUSED_ARGS if nrm else ""
     a(f"def {name}(W, S, B, x, y, ws, cnt, R{extra}):")
     if gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
@@ -764,8 +762,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if nrm:
         L.extend(norms.fused_norm_lines("    ", nrm, nwp * 32, f"G0 * {group}", f"(G0 + {cg}) * {group}",
                                         klen=cg * group))
-    elif gnrm:
-        L.extend(norms.fused_gnorm_lines("    ", nwp * 32, f"G0 * {group}", f"(G0 + {cg}) * {group}", gnrm))
     # ---- x preparation of the chunk, then the group sums. An item is (group, row, lane column tt): the 16-byte
     #      loads of its cl contiguous x values (every k-step's four values of that lane column lie there), then for
     #      each k-step its hi / lo fragment words and its partial sum. (Session 15: the earlier items, one a
@@ -1151,7 +1147,7 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, gnrm=0):
+               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
@@ -1163,7 +1159,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     xq = xq_on() if xq is None else bool(xq)
     cmpu = cmp_unroll() if cmpu is None else (CMP_AUTO if cmpu == CMP_AUTO else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, int(gnrm))
+           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
@@ -1172,9 +1168,9 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + ("_c1" if cmp == 1 and not defer else "") + ("" if pre == 1 else f"_e{pre}") + ("_q" if xq else "")
                 + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[0]}x{cmpu[1]}")
-                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + (f"_gf{gnrm}" if gnrm else "") + tag)
+                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, int(gnrm)))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
@@ -1185,8 +1181,6 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         glb.update({f"cpa_wait{n}": f for n, f in _WAITS.items()})
         if nrm:
             glb.update(norms.fused_glb())
-        if gnrm:
-            glb.update(norms.gfused_glb())
         fn = _kcache.build(name, src, glb, __name__)
         _KCACHE[key] = fn
     return _KCACHE[key]
@@ -1257,12 +1251,11 @@ def _lb_on() -> bool:
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False, xh=0, defer=False, nrm=None, gnrm=0):
+               sw=False, xh=0, defer=False, nrm=None):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None,
-           int(gnrm))
+           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None)
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -1273,7 +1266,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc(), sw, xh, defer, nrm=nrm, gnrm=gnrm), **kw)
+                                              tag, _noc(), sw, xh, defer, nrm=nrm), **kw)
     return _KCACHE[key]
 
 
@@ -1717,8 +1710,7 @@ def defer_ok(p, R: int, glu: bool = False) -> bool:
     return isinstance(p, V3Plan) and p.ks > 1 and R <= 8 and not glu and not p.pf
 
 
-def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None, defer=False, norm=None,
-           gnorm=None):
+def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None, defer=False, norm=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
     others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
     when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
@@ -1729,9 +1721,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     same order as the in-kernel completion, so the same bits, without the completion's fence, arrival count and
     second pass over the partials inside the GEMV. ``norm`` = (h, d, mult, h_out, eps) (one row, no deferred
     completion): x is first made in the kernel as ``norms.launch_add_rms_norm(d, h, mult, x, eps)`` would make it,
-    the updated residual going to ``h_out`` instead of ``h`` (``norms.fused_norm_lines``; the same bits).
-    ``gnorm`` = (o, z, w, eps, act) (o, z [R, heads * dv], w [dv]; chunks of whole heads, :func:`gnorm_ok`): x is
-    first made as ``norms.launch_gated_rms_norm(o, z, w, x, eps, dv, act)`` would make it."""
+    the updated residual going to ``h_out`` instead of ``h`` (``norms.fused_norm_lines``; the same bits)."""
     out = S.shape[0] if p.sw else W.shape[0]
     if p.sw:
         want = sweep_shape(out, p.inp, p.bits, p.group, p.u)
@@ -1753,10 +1743,6 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         raise ValueError(f"qgemv: a deferred completion needs ks > 1 (ks {p.ks}), at most 8 rows (R {R}), no "
                          f"epilogue, a register-ring plan and ws [ks, R, out] = {(p.ks, R, out)}")
     nrm, nargs = norms.fused_args(norm, x, R, defer)
-    gdv = norms.gnorm_dv(gnorm, x, R)
-    if gnorm is not None and not gnorm_ok(p, gdv):
-        raise ValueError(f"qgemv: a fused gated norm needs K chunks of whole heads ({p.cg} groups of {p.group}, "
-                         f"heads of {gdv})")
     for r0 in range(0, R, 8):
         n = min(8, R - r0)
         nt = nt_for(n, p.xh)
@@ -1766,24 +1752,18 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             w3 = _scratch()[1]  # not read (never y itself: the simulator copies every argument back)
         if p.pf:
             nw, pf, gx, tpb, dyn = p.pf_launch(nt)
-            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp, glu=glu, nrm=nrm,
-                           gnrm=gdv)
+            k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp, glu=glu, nrm=nrm)
         else:
             xm, st = xmode(n, p.xh), p.stages_for(nt)
             k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
-                           sw=bool(p.sw), xh=xm, defer=defer, nrm=nrm, gnrm=gdv)
+                           sw=bool(p.sw), xh=xm, defer=defer, nrm=nrm)
             gx, tpb = p.grid_x(nt), p.tpb
             dyn = xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0
         cfg = k[(gx, p.ks), tpb, stream, dyn]
         if dyn and not IS_SIM:
             cfg.pre_launch_callbacks.append(_allow_dyn(dyn))  # above 48 KB a launch fails without it
-        cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n), *(nargs or norms.gnorm_args(gnorm, r0, n)))
+        cfg(W, S, B, x[r0:r0 + n], y[r0:r0 + n], w3, cnt, np.int32(n), *nargs)
     return y
-
-
-def gnorm_ok(p, dv: int) -> bool:
-    """Whether qgemv plan ``p``'s K chunks hold whole heads of ``dv`` columns (a fused gated norm's need)."""
-    return dv > 0 and (p.cg * p.group) % dv == 0
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1879,14 +1859,6 @@ def _specs():
             seen.add(f.__name__)
             specs.append((f, sig_n))
             hot.add(f.__name__)
-    # the fused gated-norm prologue (TENSORFOLD_GNORM_FUSE=1) in the 27B GDN out_proj (5120 x 6144, heads of 128):
-    # 1 row, and 2 rows deferred (affine.gnorm_fusable(rows=) keeps launches of more rows unfused)
-    sig_g = _SIG[:-1] + ", float32[:, ::1], float32[:, :], float32[::1], float32, int32)"
-    pg = plan(5120, 6144, 4, 64)
-    for xm, dfr in ((2, False), (2, True)):
-        f = get_pyfunc(4, 64, 1, pg.nw, pg.mt, pg.cg, pg.u, pg.depth, sw=True, xh=xm, defer=dfr, gnrm=128)
-        specs.append((f, sig_g))
-        hot.add(f.__name__)
     # a K chunk past the static budget (x fragments in dynamic shared memory; TENSORFOLD_GEMV3_CG), 8-row bf16 x
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,

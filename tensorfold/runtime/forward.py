@@ -622,8 +622,6 @@ class Runner:
         self._fuse = False  # norms.fuse_on() for the forward being issued
         self._hc = None  # the residual's buffer: buf.h, or buf.h2 after an odd number of fused norms
         self.n_fused = 0  # add + RMSNorms issued inside a GEMV (graph captures count once)
-        self._gfuse = False  # norms.gfuse_on() for the forward being issued
-        self.n_gfused = 0  # GDN gated norms issued inside the out_proj GEMV
         self.n_deferred = 0  # GEMV launches issued with a deferred completion (graph captures count once)
         # the partial-summing add + RMSNorm is the vectorized kernel only: every norm weight it may get must be
         # 16-byte aligned (an arena vector at an odd offset is not)
@@ -685,13 +683,12 @@ class Runner:
             return ent["sw"][1]
         return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
-    def _linear(self, name, x, y, R, prompt, stream, glu=False, defer=False, gnorm=None):
+    def _linear(self, name, x, y, R, prompt, stream, glu=False, defer=False):
         """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows); ``glu`` (see
         :meth:`_glu`): y[:R] = swiglu of W's gate and up halves. ``defer`` (output projections and down, whose only
         reader is :meth:`_add_norm`): where :func:`defer_on` and the launch allows (swept qgemv plan with several K
         chunks, at most 8 rows), y is not written; the partial sums wait in the workspace for :meth:`_add_norm`
-        (the same bits). ``gnorm`` (:meth:`_gnorm_fusable` said yes): x is made in the GEMVs as the GDN output's gated
-        RMSNorm of (o, z, w, eps, act) (``affine.launch_qgemv(gnorm=)``)."""
+        (the same bits)."""
         ent = self.arena.linear(name)
         norm = self._take_norm(ent, x, R, prompt, stream) if self._pend is not None else None
         if defer:
@@ -714,17 +711,16 @@ class Runner:
         for r0 in range(0, R, GEMV_ROWS):
             n = min(GEMV_ROWS, R - r0)
             ws = self.buf.ws[:p.ks * n * p.out].reshape((p.ks, n, p.out)) if p.ks > 1 else None
-            gn = None if gnorm is None else (gnorm[0][r0:r0 + n], gnorm[1][r0:r0 + n]) + tuple(gnorm[2:])
             if sw:  # the plan has sw; a paired weight refuses a launch without the epilogue (qgemv.launch)
                 qgemv.launch(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], p, n, ws=ws, stream=stream,
-                             glu=glu, cnt=self.buf.qcnt, defer=dfr, norm=norm, gnorm=gn)
+                             glu=glu, cnt=self.buf.qcnt, defer=dfr, norm=norm)
                 if dfr:  # one launch (R <= 8): its partial sums are _add_norm's input
                     self._dparts = ws
                     self.n_deferred += 1
             elif ent["kind"] == "affine":
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt,
-                                    norm=norm, gnorm=gn)
+                                    norm=norm)
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
@@ -766,17 +762,6 @@ class Runner:
         self.n_fused += 1
         return h[:1], B.d[:1], mult, ho[:1], self.eps
 
-    def _gnorm_fusable(self, name, R) -> bool:
-        """Whether the GDN out_proj ``name`` takes the gated RMSNorm into its GEMVs of ``R`` rows
-        (``TENSORFOLD_GNORM_FUSE=1``, ``norms.gfuse_on``, read per forward; an affine tensor-core plan whose K ranges
-        hold whole heads, with few enough (row, head) items a block: ``affine.gnorm_fusable(rows=)``; not the
-        simulator's host stand-ins). The fused GDN step then skips its tail (``launch_fused(norm_tail=False)``).
-        The same bits either way, so the choice may depend on R."""
-        if not self._gfuse or (IS_SIM and self.sim_stand_ins):
-            return False
-        ent = self.arena.linear(name)
-        return ent["kind"] == "affine" and affine.gnorm_fusable(ent["plan"], self.Dv, rows=R)
-
     def _unfused(self, pre, parts, buf, R, prompt, stream):
         """The linears ``pre + name`` of ``parts`` ((name, width), ...) that load-time fusion left apart (their
         formats differ): each into its own contiguous block of ``buf``'s memory, in order. -> their [R, width]
@@ -809,14 +794,11 @@ class Runner:
         if not prompt and self.gdn_fuse_ok and delta_rule.fused_on(R):
             # conv + gates + delta rule + gated RMSNorm in one launch (same logs / xlog as the three launches)
             logs = (B.log_k[li], B.log_d[li], B.log_a[li]) if mode == "verify" else (B.no_k, B.no_d, B.no_a)
-            gf = self._gnorm_fusable(pre + "out_proj", R)
             delta_rule.launch_fused(qkv, self.arena.vec(pre + "conv1d"), tail, xlog, z, self.arena.vec(pre + "norm"),
                                     aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"), cc.rec[li],
                                     *seg, m.view("seg_commit", S), par, B.o[:R], B.gn[:R], self.gdn_ctr, *logs,
-                                    self.eps, self.act, stream=stream, norm_tail=not gf)
-            gnorm = (B.o.reshape((B.rows, Vd)), z, self.arena.vec(pre + "norm"), self.eps, self.act) if gf else None
-            self.n_gfused += bool(gf)
-            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True, gnorm=gnorm)
+                                    self.eps, self.act, stream=stream)
+            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True)
             return
         conv.launch_conv(qkv, self.arena.vec(pre + "conv1d"), tail, rs, par, B.y[:R], xlog, stream=stream,
                          **_SIM_BLOCKS)
@@ -893,7 +875,6 @@ class Runner:
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
         self._hc, self._pend, self._fuse = B.h, None, norms.fuse_on() and not prompt
-        self._gfuse = norms.gfuse_on()
         _embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream)
         norms.launch_rms_norm(B.h[:R], a.vec("layers.0.input_layernorm"), B.x[:R], self.eps, stream=stream, **_SIM_MB)
         L = c.num_hidden_layers

@@ -1,6 +1,5 @@
-"""GPU tier for the norms fused into a GEMV's x: the add + RMSNorm (``norm=`` of ``affine.launch_qgemv``; the
-runtime's ``TENSORFOLD_NORM_FUSE=1``) and the GDN output's gated RMSNorm (``gnorm=``; ``TENSORFOLD_GNORM_FUSE=1``,
-at the end): ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_norm_fuse.py``.
+"""GPU tier for the add + RMSNorm fused into the next GEMV (``norm=`` of ``affine.launch_qgemv``; the runtime's
+``TENSORFOLD_NORM_FUSE=1``): ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu tests/kernels/test_gpu_norm_fuse.py``.
 
 The one-row launches of the runtime's plans at the real consumers of a norm (2B in_proj, gate | up with the SwiGLU
 epilogue and head on the first tensor-core kernel and qgemv; 9B and 27B in_proj and gate | up on qgemv, swept as the
@@ -44,6 +43,7 @@ def _runtime_weight(cuda, P, S, B, out, inp, glu):
 def test_fused_norm_real_shapes(label, out, inp, glu):
     from tensorfold.kernels import affine as A
     from tensorfold.kernels import norms
+    from tensorfold.kernels import qgemv as Q
 
     cuda = _cuda()
     P, S, B = _rand_q(out, inp, 4, 64)
@@ -53,9 +53,12 @@ def test_fused_norm_real_shapes(label, out, inp, glu):
     ws = cuda.device_array((max(1, getattr(p, "ks", 1)), 1, out), np.float32)
     cnt = None
 
-    def gemv(x, norm):
+    def gemv(x, norm):  # as Runner._linear launches it: swept weights through qgemv.launch
         y = cuda.to_device(np.full((1, oy), np.nan, np.float32))
-        A.launch_qgemv(W, Sd, Bd, x, y, 4, 64, plan=p, ws=ws, rows=1, glu=glu, cnt=cnt, norm=norm)
+        if getattr(p, "sw", 0):
+            Q.launch(W, Sd, Bd, x, y, p, 1, ws=ws, glu=glu, cnt=cnt, norm=norm)
+        else:
+            A.launch_qgemv(W, Sd, Bd, x, y, 4, 64, plan=p, ws=ws, rows=1, glu=glu, cnt=cnt, norm=norm)
         return y.copy_to_host()
 
     for draw in range(3):
@@ -81,53 +84,3 @@ def test_fused_norm_real_shapes(label, out, inp, glu):
         np.testing.assert_allclose(xb, v / np.sqrt((v * v).mean(-1, keepdims=True) + EPS) * mult, rtol=1e-5,
                                    atol=1e-6)
     print(f"\n{label}: fused add + RMSNorm == standalone + GEMV, bit for bit ({type(p).__name__})")
-
-
-GCASES = [("2B out_proj", 2048, 2048), ("9B out_proj", 4096, 4096), ("27B out_proj", 5120, 6144)]
-
-
-@pytest.mark.parametrize("label,out,inp", GCASES)
-def test_fused_gnorm_real_shapes(label, out, inp):
-    """The GDN out_proj with the gated norm in its prologue (heads of 128, silu gate, z a column block of a wider
-    array as in the runner) at 1, 4, 8 and 16 rows (qgemv plans deferred from 2 rows, as the runtime launches
-    them, with the partial sums compared): x and y bit for bit against ``norms.launch_gated_rms_norm`` + the
-    plain launch."""
-    from tensorfold.kernels import affine as A
-    from tensorfold.kernels import norms
-    from tensorfold.kernels import qgemv as Q
-
-    cuda = _cuda()
-    dv = 128
-    P, S, B = _rand_q(out, inp, 4, 64)
-    (W, Sd, Bd), p = _runtime_weight(cuda, P, S, B, out, inp, False)
-    assert A.gnorm_fusable(p, dv), p
-    for R in (1, 4, 8, 16):
-        o = (rng.standard_normal((R, inp)) * 10.0 ** rng.uniform(-1.5, 1.5, (R, inp))).astype(np.float32)
-        u = rng.standard_normal((R, inp + 40)).astype(np.float32)
-        od, ud = cuda.to_device(o), cuda.to_device(u)
-        zd = ud[:, 8:8 + inp]
-        wd = cuda.to_device((1.0 + 0.2 * rng.standard_normal(dv)).astype(np.float32))
-        xA = cuda.to_device(np.full((R, inp), np.nan, np.float32))
-        norms.launch_gated_rms_norm(od, zd, wd, xA, EPS, dv, act="silu")
-        outs = []
-        for x, g in ((xA, None), (cuda.to_device(np.full((R, inp), 7.0, np.float32)), (od, zd, wd, EPS, "silu"))):
-            y = cuda.to_device(np.full((R, out), np.nan, np.float32))
-            for r0 in range(0, R, 8):
-                n = min(8, R - r0)
-                gs = None if g is None else (od[r0:r0 + n], zd[r0:r0 + n], wd, EPS, "silu")
-                ks = max(1, p.ks)
-                ws = cuda.to_device(np.full((ks, n, out), np.nan, np.float32))
-                if isinstance(p, Q.V3Plan):
-                    dfr = n >= 2 and Q.defer_ok(p, n, False)
-                    Q.launch(W, Sd, Bd, x[r0:r0 + n], y[r0:r0 + n], p, n, ws=ws, defer=dfr, gnorm=gs)
-                    if dfr:
-                        outs.append(ws.copy_to_host())
-                else:
-                    A.launch_qgemv(W, Sd, Bd, x[r0:r0 + n], y[r0:r0 + n], 4, 64, plan=p, ws=ws, rows=n, gnorm=gs)
-            outs.append(y.copy_to_host())
-            outs.append(x.copy_to_host())
-        half = len(outs) // 2
-        for a, b in zip(outs[:half], outs[half:]):
-            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{label} R={R}"
-        assert not np.isnan(outs[half - 1]).any()
-    print(f"\n{label}: fused gated norm == standalone + GEMV, bit for bit (1, 4, 8, 16 rows; {type(p).__name__})")

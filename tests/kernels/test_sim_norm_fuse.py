@@ -1,7 +1,5 @@
-"""Simulator tier for the norms fused into a GEMV's x: the add + RMSNorm (``norm=`` of ``qgemv.launch`` and
-``affine.launch_qgemv``; ``norms.fused_norm_lines``; the runtime's ``TENSORFOLD_NORM_FUSE=1``) and, at the end, the
-GDN output's gated RMSNorm (``gnorm=``; ``norms.fused_gnorm_lines``; ``TENSORFOLD_GNORM_FUSE=1``: 1-8 rows, K
-ranges of whole heads, against ``norms.launch_gated_rms_norm`` + the plain GEMV, bit for bit; float64 oracle).
+"""Simulator tier for the add + RMSNorm fused into the next GEMV (``norm=`` of ``qgemv.launch`` and
+``affine.launch_qgemv``; ``norms.fused_norm_lines``; the runtime's ``TENSORFOLD_NORM_FUSE=1``).
 
 One row. The GEMV's blocks each reduce the whole residual row the way the standalone vectorized kernel does, write
 their K range of x and of the updated residual (into a second buffer), and read x from there. Against the
@@ -15,7 +13,6 @@ sum within 1e-5 relative."""
 
 import numpy as np
 import pytest
-from numba import cuda
 
 from tensorfold.kernels import affine as A
 from tensorfold.kernels import norms
@@ -142,72 +139,3 @@ def test_fused_norm_refusals():
     # 10 groups in 6 K splits of 2: the last block has no columns (its warps would read unwritten shared memory)
     assert A.norm_fusable(A.GemvPlan(out, K, 4, 64, 32, 4, True)) and not A.norm_fusable(A.GemvPlan(out, K, 4, 64,
                                                                                                       32, 6, True))
-
-
-# ---------------------------------------------------------------------------------------------- gated norm (GDN)
-
-
-def _gnorm_inputs(R, K, dv):
-    o = (rng.standard_normal((R, K)) * 10.0 ** rng.uniform(-1.5, 1.5, (R, K))).astype(np.float32)
-    u = rng.standard_normal((R, K + 24)).astype(np.float32)  # z a column block of a wider array, as in the runner
-    z = cuda.to_device(u)[:, 8:8 + K]  # (a strided numpy view does not cross into the simulator)
-    w = (1.0 + 0.2 * rng.standard_normal(dv)).astype(np.float32)
-    return o, z, w, u[:, 8:8 + K]
-
-
-def _gcompare(gemv, R, K, dv, out_y, act):
-    for _ in range(2):
-        o, z, w, zh = _gnorm_inputs(R, K, dv)
-        xA = np.full((R, K), np.nan, np.float32)
-        norms.launch_gated_rms_norm(o, z, w, xA, EPS, dv, act=act)
-        yA = np.full((R, out_y), np.nan, np.float32)
-        gemv(xA, yA, None)
-        xB = (rng.standard_normal((R, K)) * 100).astype(np.float32)
-        yB = np.full((R, out_y), np.nan, np.float32)
-        gemv(xB, yB, (o, z, w, EPS, act))
-        _same(xB, xA, "x")
-        _same(yB, yA, "y")
-        o64 = o.astype(np.float64).reshape(R, -1, dv)
-        g = zh.astype(np.float64).reshape(R, -1, dv)
-        g = g / (1.0 + np.exp(-g)) if act == "silu" else 1.0 / (1.0 + np.exp(-g))
-        ref = o64 / np.sqrt((o64 * o64).mean(-1, keepdims=True) + EPS) * w * g
-        np.testing.assert_allclose(xB, ref.reshape(R, K), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("R,cg,act", [(1, 2, "silu"), (3, 4, "sigmoid"), (8, 2, "silu")])
-def test_qgemv_fused_gnorm_same_bits(R, cg, act):
-    """K 256 in heads of 32: K chunks of 4 or 8 heads; 1, 3 and 8 rows (every row's heads in the prologue)."""
-    out, K, dv = 48, 256, 32
-    P, S, B = quant.quantize(rng.standard_normal((out, K)).astype(np.float32), 4, 64)
-    p = Q.V3Plan(out, K, 4, 64, nw=2, mt=1, cg=cg, u=2, depth=1, blocks=4, sw=1, xh=1)
-    W = Q.sweep_pack(P, S, B, 4, 64, 2, per=p.per)
-
-    def gemv(x, y, gnorm):
-        Q.launch(W, S, B, x, y, p, R, ws=np.full((p.ks, R, out), np.nan, np.float32), gnorm=gnorm)
-    _gcompare(gemv, R, K, dv, out, act)
-
-
-@pytest.mark.parametrize("nw,ks,R", [(2, 1, 1), (1, 2, 5)])
-def test_tc_fused_gnorm_same_bits(nw, ks, R):
-    out, K, dv = 40, 256, 32
-    P, S, B = quant.quantize(rng.standard_normal((out, K)).astype(np.float32), 4, 64)
-    plan = A.GemvPlan(out, K, 4, 64, 32 * nw, ks, True, 2, 2, False)
-    assert A.gnorm_fusable(plan, dv)
-
-    def gemv(x, y, gnorm):
-        A.launch_qgemv(P, S, B, x, y, 4, 64, plan, ws=np.full((ks, R, out), np.nan, np.float32), gnorm=gnorm)
-    _gcompare(gemv, R, K, dv, out, "silu")
-
-
-def test_fused_gnorm_refusals():
-    """K ranges that split a head are refused (a block would need another block's columns)."""
-    out, K, dv = 16, 384, 96
-    P, S, B = quant.quantize(rng.standard_normal((out, K)).astype(np.float32), 4, 64)
-    o, z, w, _ = _gnorm_inputs(1, K, dv)
-    plan = A.GemvPlan(out, K, 4, 64, 32, 3, True, 1, 2, False)  # 6 groups, 2 a block: 128 columns, not heads of 96
-    assert not A.gnorm_fusable(plan, dv) and A.gnorm_fusable(A.GemvPlan(out, K, 4, 64, 32, 1, True), dv)
-    with pytest.raises(ValueError, match="whole heads"):
-        A.launch_qgemv(P, S, B, np.zeros((1, K), np.float32), np.zeros((1, out), np.float32), 4, 64, plan,
-                       ws=np.zeros((3, 1, out), np.float32), gnorm=(o, z, w, EPS, "silu"))
-    p3 = Q.V3Plan(out, K, 4, 64, nw=2, mt=1, cg=2, u=2, depth=1, blocks=4)
-    assert not Q.gnorm_ok(p3, dv) and Q.gnorm_ok(p3, 64)
