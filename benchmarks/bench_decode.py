@@ -354,9 +354,11 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
                 floor = nbytes / bw
                 rows.append((lab, n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
                 nf = getattr(be.runner, "n_fused", 0)  # norms issued inside GEMVs so far (TENSORFOLD_NORM_FUSE=1)
+                na = getattr(be, "n_ahead", 0)  # ids served from steps run ahead so far (TENSORFOLD_RUN_AHEAD=1)
                 log(f"[{geom}] {lab} {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
                     f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline"
-                    + (f" (fused add + RMSNorms so far: {nf})" if nf else ""))
+                    + (f" (fused add + RMSNorms so far: {nf})" if nf else "")
+                    + (f" (ids run ahead so far: {na})" if na else ""))
                 for s in slots:
                     be.free(s)
     _restore_env(saved)

@@ -10,6 +10,9 @@ Serving: ``prefill`` runs prompt chunks of up to ``prompt_rows`` rows eagerly (G
 ``decode_sample`` replays the step graph of the smallest bucket >= the number of streams and samples on the
 device (``kernels.sample``: the counter-based draw of ``reference.sampling``), copying back only the ids;
 ``decode`` / ``prefill`` return logits where the engine asks for them. Host policy stays in ``engine/``.
+
+Run-ahead (``TENSORFOLD_RUN_AHEAD=1``, ``runtime.ahead``): ``decode_sample`` enqueues the next step of the same
+streams before waiting for this one, so the engine's host work between steps overlaps the GPU; the same ids.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from numba import cuda
 
 from tensorfold.engine.backend import Backend, SampleRow
 from tensorfold.kernels._device import IS_SIM
+from tensorfold.runtime import ahead as AH
 from tensorfold.runtime import forward as F
 from tensorfold.runtime.arena import Arena, plan_arena
 from tensorfold.runtime.caches import Caches, plan_caches
@@ -87,6 +91,8 @@ class CudaBackend(Backend):
         self.graphs = DecodeGraphs(self.runner, self.max_slots, stream=self.stream, use_graphs=use_graphs,
                                    valid_vocab=valid_vocab)
         self._lens: dict[int, int] = {}
+        self._ahead: AH.Ahead | None = None  # a decode step enqueued ahead of the next call (runtime.ahead)
+        self.n_ahead = 0  # ids served from steps run ahead (benchmarks and tests read it)
         t3 = time.time()
         self.graphs.capture_all()
         self.load_seconds = time.time() - t0
@@ -116,6 +122,7 @@ class CudaBackend(Backend):
 
     # -- slots --------------------------------------------------------------------------------------------------
     def new_slot(self) -> int:
+        self._settle()
         for s in range(self.max_slots):
             if s not in self._lens:
                 self._lens[s] = 0
@@ -126,6 +133,22 @@ class CudaBackend(Backend):
     def free(self, slot: int) -> None:
         if self._lens.pop(slot, None) is None:
             raise KeyError(f"cuda backend: slot {slot} is not in use")
+        if self._ahead is not None and slot in self._ahead.slots:  # its id run ahead is dropped
+            self._settle()
+            self._ahead = self._ahead.without(set(self._ahead.slots) - {slot})
+
+    def _settle(self, slots=()) -> None:
+        """Before any use of the runner but ``decode_sample``: wait for a step run ahead (its ids are kept for the
+        next ``decode_sample``). ``slots`` that step moved on may not be prefilled or decoded otherwise."""
+        a = self._ahead
+        if a is None:
+            return
+        if a.tok is None:
+            a.tok = self.graphs.wait_step(a.ticket)
+        bad = sorted(set(slots) & set(a.slots))
+        if bad:
+            raise RuntimeError(f"cuda backend: slot(s) {bad} have a decode step run ahead (TENSORFOLD_RUN_AHEAD); "
+                               "only decode_sample may continue them")
 
     def _len(self, slot):
         try:
@@ -135,6 +158,7 @@ class CudaBackend(Backend):
 
     # -- forwards -----------------------------------------------------------------------------------------------
     def _prefill(self, slot, ids, start_pos, want_logits, sample_row):
+        self._settle([slot])
         ids = self._check_chunk(slot, ids, start_pos)
         out = None
         pos = start_pos
@@ -169,6 +193,7 @@ class CudaBackend(Backend):
     def prefill_rows(self, slot: int, ids: Sequence[int], start_pos: int) -> np.ndarray:
         """Feed prompt tokens and return every row's logits [n, V] (prompt logprobs): eager prompt forwards of at
         most the runner's output rows each, every row's logits asked for."""
+        self._settle([slot])
         ids = self._check_chunk(slot, ids, start_pos)
         step = max(1, min(self.runner.buf.out_rows, self.prompt_rows))
         out, pos = [], start_pos
@@ -192,6 +217,7 @@ class CudaBackend(Backend):
         captured at load (the bound is part of the graph), and capture the first prompt graphs (one and two
         streams, row buckets up to min(prompt_rows, prompt_chunk, 1024)), so that first requests do not pay an
         eager forward plus a capture. Nothing to do without graphs (the simulator)."""
+        self._settle()
         if not self.graphs.use_graphs:
             return
         from tensorfold.runtime.prefill import warm_prompt_graphs
@@ -208,6 +234,7 @@ class CudaBackend(Backend):
         """Several streams' chunks packed into prompt forwards of up to ``prompt_rows`` rows (runtime.prefill)."""
         from tensorfold.runtime.prefill import prefill_many
 
+        self._settle([j.slot for j in jobs])
         return prefill_many(self, jobs)
 
     def _check_decode(self, slots, ids):
@@ -220,6 +247,7 @@ class CudaBackend(Backend):
         return lens
 
     def decode(self, slots: Sequence[int], ids: Sequence[int]) -> np.ndarray:
+        self._settle(slots)
         lens = self._check_decode(slots, ids)
         rows = [SampleRow(0.0, 0, 1.0, 0.0, 0, n, self.vocab_size) for n in lens]
         self.graphs.step(list(slots), [int(t) for t in ids], lens, rows)
@@ -242,11 +270,83 @@ class CudaBackend(Backend):
             self._check_decode(slots, ids)
         if not isinstance(rows, (list, tuple)):
             rows = list(rows)
-        out = self.graphs.step_list(slots, ids, lens, rows)
-        if self.keep_logits:  # the rows the device sampler drew from (a copy only when a request asked)
-            self._keep(self.graphs.logits(len(slots)))
+        a, run = self._ahead, AH.on() and self.graphs.fast_step
+        if a is None and not run:
+            out = self.graphs.step_list(slots, ids, lens, rows)
+            if self.keep_logits:  # the rows the device sampler drew from (a copy only when a request asked)
+                self._keep(self.graphs.logits(len(slots)))
+        elif a is not None and a.tok is None and not self.keep_logits and a.matches(slots, ids, lens, rows):
+            # the step this call asks for is in flight: enqueue the one after it, then wait
+            self._ahead = None
+            nxt = self._run_ahead(slots, lens, rows, None) if run else None
+            out = self.graphs.wait_step(a.ticket)
+            if nxt is not None:
+                nxt.ids = out
+            self._ahead = nxt
+            self.n_ahead += len(out)
+        else:
+            out = self._served(slots, ids, lens, rows)
+            if run and self._ahead is None and not self.keep_logits:
+                self._ahead = self._run_ahead(slots, lens, rows, out)
         for s in slots:
             ln[s] += 1
+        return out
+
+    def _run_ahead(self, slots, lens, rows, ids):
+        """Enqueue the step after this call's (``ids`` its inputs, or None: this call's ids chained on the device,
+        the previous launch being this call's step); None where a stream would pass the context."""
+        nl = [n + 1 for n in lens]
+        if max(nl) >= self.context:
+            return None
+        nr = AH.next_rows(rows)
+        t = self.graphs.launch_step(list(slots), None if ids is None else list(ids), nl, nr, chain=ids is None)
+        return AH.Ahead(t, slots, None if ids is None else [int(x) for x in ids], nl, nr)
+
+    def _served(self, slots, ids, lens, rows) -> list:
+        """This call's ids where a step run ahead (``self._ahead``) served some of its streams: theirs from that
+        step (their inputs checked against what was run ahead), a synchronous step for the others; entries for
+        streams this call leaves out stay pending (``self._ahead``). Kept logits rows in call order: the step run
+        ahead's own rows when it was the runner's last forward, else NaN placeholders (runtime.ahead: no stream it
+        served asked for logits)."""
+        a, self._ahead = self._ahead, None
+        if a is None:
+            out = self.graphs.step_list(slots, ids, lens, rows)
+            if self.keep_logits:
+                self._keep(self.graphs.logits(len(slots)))
+            return out
+        last = a.tok is None  # nothing has run since it: its logits rows are still in the buffer
+        if last:
+            a.tok = self.graphs.wait_step(a.ticket)
+        at = a.index()
+        out, rest = [None] * len(slots), []
+        for j, s in enumerate(slots):
+            k = at.get(s)
+            if k is None:
+                rest.append(j)
+                continue
+            if int(ids[j]) != a.ids[k] or lens[j] != a.lens[k] or rows[j] != a.rows[k]:
+                raise RuntimeError(f"cuda backend: slot {s} was decoded ahead from id {a.ids[k]} at position "
+                                   f"{a.lens[k]} ({a.rows[k]}), but the call gives id {int(ids[j])} at {lens[j]} "
+                                   f"({rows[j]}); its caches have moved on (TENSORFOLD_RUN_AHEAD)")
+            out[j] = a.tok[k]
+            self.n_ahead += 1
+        kept = [None] * len(slots)
+        if self.keep_logits:
+            lg = self.graphs.logits(len(a.slots)) if last else None
+            for j, s in enumerate(slots):
+                if s in at:
+                    kept[j] = lg[at[s]] if lg is not None else np.full(self.vocab_size, np.nan, np.float32)
+        if rest:
+            sub = [slots[j] for j in rest]
+            got = self.graphs.step_list(sub, [ids[j] for j in rest], [lens[j] for j in rest], [rows[j] for j in rest])
+            lg = self.graphs.logits(len(rest)) if self.keep_logits else None
+            for i, j in enumerate(rest):
+                out[j] = got[i]
+                if lg is not None:
+                    kept[j] = lg[i]
+        if self.keep_logits:
+            self._keep(kept)
+        self._ahead = a.without(set(a.slots) - set(slots))
         return out
 
     def describe(self) -> dict:
@@ -259,6 +359,7 @@ class CudaBackend(Backend):
         they were launched on, after the stream's work is done, so that nothing GPU-side is left for the
         interpreter's exit to destroy after the context."""
         try:
+            self._settle()
             self.stream.synchronize()
         finally:
             self.graphs.clear()

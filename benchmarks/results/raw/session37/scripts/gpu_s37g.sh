@@ -10,10 +10,10 @@
 out_dir s37g
 t0=$SECONDS
 for g in 2b 9b; do
-    timeout 110 python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm --streams 1,8 --prompts "" \
+    timeout 100 python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm --streams 1,8 --prompts "" \
         --steps 40 --host-split --out "$R/split_$g.md" > "$R/split_$g.txt" 2>&1
     echo "== $g rc $? at $((SECONDS - t0)) s"; grep -h "host split\|decode " "$R/split_$g.txt" | head -6; pack
 done
-ptest fuse_k27 100 tests/kernels/test_gpu_norm_fuse.py -k "27B" -s
+ptest fuse_k27 75 tests/kernels/test_gpu_norm_fuse.py -k "27B" -s
 pack
 echo "== done at $((SECONDS - t0)) s"
