@@ -342,6 +342,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
                 os.environ.update(env)
                 be.graphs.clear()
             lab = f"decode [{tag}] round {rnd + 1}" if len(sets) > 1 else "decode"
+            be.run_ahead = True  # the loop calls decode_sample as the engine does (runtime.ahead)
             for n in streams:
                 slots, toks = start_streams(be, n, rng, decode_prompt)
                 t = time.perf_counter()
@@ -354,7 +355,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
                 floor = nbytes / bw
                 rows.append((lab, n, n / dt, dt * 1e3, nbytes / 1e9, floor / dt))
                 nf = getattr(be.runner, "n_fused", 0)  # norms issued inside GEMVs so far (TENSORFOLD_NORM_FUSE=1)
-                na = getattr(be, "n_ahead", 0)  # ids served from steps run ahead so far (TENSORFOLD_RUN_AHEAD=1)
+                na = getattr(be, "n_ahead", 0)  # ids served from steps run ahead so far (runtime.ahead)
                 log(f"[{geom}] {lab} {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step, "
                     f"{nbytes / 1e9:.2f} GB/step, {100 * floor / dt:.1f} % of roofline"
                     + (f" (fused add + RMSNorms so far: {nf})" if nf else "")
@@ -362,6 +363,7 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
                 for s in slots:
                     be.free(s)
     _restore_env(saved)
+    be.run_ahead = False
     # prompt: each length runs twice on fresh slots. The first call of a length compiles what is new and captures
     # its graph (reported as "first call"); the second, timed, replays it -- what a server sees once warm.
     for L in prompts:

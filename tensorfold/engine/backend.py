@@ -106,6 +106,9 @@ class Backend(abc.ABC):
 
     supports_logprobs: bool = True
     keep_logits: bool = False  # set by the engine around calls whose drawn tokens need their logits
+    # set by the engine: it continues a stream only through decode_sample with the id it was given, and frees what
+    # it drops, so a backend may enqueue a stream's next step before the engine asks for it (CudaBackend)
+    run_ahead: bool = False
 
     @property
     def supports_prompt_logprobs(self) -> bool:

@@ -133,6 +133,7 @@ class Engine:
         info: dict | None = None,
     ):
         self.backend = backend
+        backend.run_ahead = True  # see Backend.run_ahead (CudaBackend: runtime.ahead; TENSORFOLD_RUN_AHEAD=0 stops it)
         self.tokenizer = tokenizer
         self.config = config or EngineConfig(parallel=backend.max_slots)
         self.model_config = model_config

@@ -11,8 +11,9 @@ Serving: ``prefill`` runs prompt chunks of up to ``prompt_rows`` rows eagerly (G
 device (``kernels.sample``: the counter-based draw of ``reference.sampling``), copying back only the ids;
 ``decode`` / ``prefill`` return logits where the engine asks for them. Host policy stays in ``engine/``.
 
-Run-ahead (``TENSORFOLD_RUN_AHEAD=1``, ``runtime.ahead``): ``decode_sample`` enqueues the next step of the same
-streams before waiting for this one, so the engine's host work between steps overlaps the GPU; the same ids.
+Run-ahead (``run_ahead``, set by the engine; ``TENSORFOLD_RUN_AHEAD=0`` turns it off; ``runtime.ahead``):
+``decode_sample`` enqueues the next step of the same streams before waiting for this one, so the engine's host
+work between steps overlaps the GPU; the same ids.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def _free_bytes():
 
 class CudaBackend(Backend):
     name = "cuda"
+    _ahead = None  # runtime.ahead.Ahead: a decode step enqueued ahead of the next call
+    n_ahead = 0  # ids served from steps run ahead (benchmarks and tests read it)
 
     def __init__(self, tensors, config, *, parallel: int, context: int, kv_cache: str = "bf16",
                  prompt_rows: int = 4096, use_graphs: bool = True, progress: bool = True, model_name: str = "model",
@@ -91,8 +94,8 @@ class CudaBackend(Backend):
         self.graphs = DecodeGraphs(self.runner, self.max_slots, stream=self.stream, use_graphs=use_graphs,
                                    valid_vocab=valid_vocab)
         self._lens: dict[int, int] = {}
-        self._ahead: AH.Ahead | None = None  # a decode step enqueued ahead of the next call (runtime.ahead)
-        self.n_ahead = 0  # ids served from steps run ahead (benchmarks and tests read it)
+        self._ahead: AH.Ahead | None = None
+        self.n_ahead = 0
         t3 = time.time()
         self.graphs.capture_all()
         self.load_seconds = time.time() - t0
@@ -270,7 +273,7 @@ class CudaBackend(Backend):
             self._check_decode(slots, ids)
         if not isinstance(rows, (list, tuple)):
             rows = list(rows)
-        a, run = self._ahead, AH.on() and self.graphs.fast_step
+        a, run = self._ahead, self.run_ahead and AH.on() and self.graphs.fast_step
         if a is None and not run:
             out = self.graphs.step_list(slots, ids, lens, rows)
             if self.keep_logits:  # the rows the device sampler drew from (a copy only when a request asked)

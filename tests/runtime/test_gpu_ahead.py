@@ -31,6 +31,7 @@ def test_run_ahead_same_ids_2b(monkeypatch):
         be = CudaBackend(ck.tensors, ck.config, parallel=3, context=40, kv_cache="bf16", prompt_rows=64,
                          progress=False)
         assert be.graphs.use_graphs, be.graphs.capture_error
+        be.run_ahead = True  # as the engine sets it
         return be
 
     p = Pair(None, monkeypatch, np.random.default_rng(), make=make)

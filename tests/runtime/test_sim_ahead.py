@@ -1,5 +1,6 @@
-"""Simulator tier for run-ahead decode (``TENSORFOLD_RUN_AHEAD=1``, ``runtime.ahead``; ``CudaBackend.decode_sample``
-enqueues the next step of the same streams before waiting for this one).
+"""Simulator tier for run-ahead decode (``runtime.ahead``: with ``Backend.run_ahead`` set, as the engine sets it,
+``CudaBackend.decode_sample`` enqueues the next step of the same streams before waiting for this one;
+``TENSORFOLD_RUN_AHEAD=0`` turns it off).
 
 The oracle is the synchronous path (run-ahead off) on a second backend fed the same calls: its ids come from a step
 launched and waited for in turn, with no step in flight between calls. On the two-layer tiny model, seeded
@@ -19,8 +20,10 @@ from tensorfold.runtime.backend import CudaBackend
 
 
 def _backend(micro):
-    return CudaBackend(micro.tensors, micro.config, parallel=3, context=40, kv_cache="bf16", prompt_rows=8,
-                       progress=False)
+    be = CudaBackend(micro.tensors, micro.config, parallel=3, context=40, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    be.run_ahead = True  # as the engine sets it; the environment switch decides per call
+    return be
 
 
 class Pair:
@@ -107,6 +110,20 @@ def test_run_ahead_same_ids(micro, monkeypatch):
     run_ahead_calls(Pair(micro, monkeypatch, np.random.default_rng()), monkeypatch)
 
 
+def test_run_ahead_needs_the_callers_promise(micro, monkeypatch):
+    """Without ``run_ahead`` (a direct user of the backend, not the engine) nothing runs ahead, whatever the
+    environment says: ``decode`` may follow ``decode_sample`` on the same stream."""
+    monkeypatch.delenv("TENSORFOLD_RUN_AHEAD", raising=False)
+    be = CudaBackend(micro.tensors, micro.config, parallel=1, context=40, kv_cache="bf16", prompt_rows=8,
+                     progress=False)
+    assert not be.run_ahead
+    s = be.new_slot()
+    t = be.prefill_sample(s, [3, 1, 4], 0, SampleRow(0.0, 0, 1.0, 0.0, 0, 3, 512))
+    t = be.decode_sample([s], [t], [SampleRow(0.0, 0, 1.0, 0.0, 0, 4, 512)])[0]
+    assert be._ahead is None and be.n_ahead == 0
+    assert be.decode([s], [t]).shape == (1, micro.config.vocab_size)
+
+
 def test_run_ahead_stops_at_the_context(micro, monkeypatch):
     """No step runs ahead past the context: the last call of a full stream runs alone, and the ids stay equal."""
     rng = np.random.default_rng()
@@ -158,6 +175,7 @@ def test_engine_same_outputs_with_run_ahead(micro, monkeypatch):
             (5, P[3], SamplingParams(temperature=0.0, max_tokens=5, seed=seeds[3], logprobs=2))]
     t_off, l_off, _ = _engine_run(micro, monkeypatch, False, plan)
     t_on, l_on, be = _engine_run(micro, monkeypatch, True, plan)
+    assert be.run_ahead  # the engine set it
     assert [len(t) for t in t_off] == [9, 4, 6, 5]
     assert t_on == t_off
     assert l_on == l_off and l_on[3] is not None and len(l_on[3]) == 5
