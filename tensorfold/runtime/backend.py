@@ -274,11 +274,7 @@ class CudaBackend(Backend):
         if not isinstance(rows, (list, tuple)):
             rows = list(rows)
         a, run = self._ahead, self.run_ahead and AH.on() and self.graphs.fast_step
-        if a is None and not run:
-            out = self.graphs.step_list(slots, ids, lens, rows)
-            if self.keep_logits:  # the rows the device sampler drew from (a copy only when a request asked)
-                self._keep(self.graphs.logits(len(slots)))
-        elif a is not None and a.tok is None and not self.keep_logits and a.matches(slots, ids, lens, rows):
+        if a is not None and a.tok is None and not self.keep_logits and a.matches(slots, ids, lens, rows):
             # the step this call asks for is in flight: enqueue the one after it, then wait
             self._ahead = None
             nxt = self._run_ahead(slots, lens, rows, None) if run else None
@@ -288,12 +284,22 @@ class CudaBackend(Backend):
             self._ahead = nxt
             self.n_ahead += len(out)
         else:
-            out = self._served(slots, ids, lens, rows)
+            if a is None:
+                out, lg = self._step(slots, ids, lens, rows)
+                if lg is not None:  # the rows the device sampler drew from (a copy only when a request asked)
+                    self._keep(lg)
+            else:
+                out = self._served(slots, ids, lens, rows)
             if run and self._ahead is None and not self.keep_logits:
                 self._ahead = self._run_ahead(slots, lens, rows, out)
         for s in slots:
             ln[s] += 1
         return out
+
+    def _step(self, slots, ids, lens, rows):
+        """A synchronous step: (its ids, its logits rows [n, V] when ``keep_logits``, else None)."""
+        out = self.graphs.step_list(slots, ids, lens, rows)
+        return out, (self.graphs.logits(len(slots)) if self.keep_logits else None)
 
     def _run_ahead(self, slots, lens, rows, ids):
         """Enqueue the step after this call's (``ids`` its inputs, or None: this call's ids chained on the device,
@@ -312,11 +318,6 @@ class CudaBackend(Backend):
         ahead's own rows when it was the runner's last forward, else NaN placeholders (runtime.ahead: no stream it
         served asked for logits)."""
         a, self._ahead = self._ahead, None
-        if a is None:
-            out = self.graphs.step_list(slots, ids, lens, rows)
-            if self.keep_logits:
-                self._keep(self.graphs.logits(len(slots)))
-            return out
         last = a.tok is None  # nothing has run since it: its logits rows are still in the buffer
         if last:
             a.tok = self.graphs.wait_step(a.ticket)
@@ -340,9 +341,7 @@ class CudaBackend(Backend):
                 if s in at:
                     kept[j] = lg[at[s]] if lg is not None else np.full(self.vocab_size, np.nan, np.float32)
         if rest:
-            sub = [slots[j] for j in rest]
-            got = self.graphs.step_list(sub, [ids[j] for j in rest], [lens[j] for j in rest], [rows[j] for j in rest])
-            lg = self.graphs.logits(len(rest)) if self.keep_logits else None
+            got, lg = self._step(*([xs[j] for j in rest] for xs in (slots, ids, lens, rows)))
             for i, j in enumerate(rest):
                 out[j] = got[i]
                 if lg is not None:
