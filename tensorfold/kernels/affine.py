@@ -1228,18 +1228,21 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     (``qgemv.new_counters``; default the shared set). ``norm`` = (h, d, mult, h_out, eps): one row whose x the
     kernel makes first as ``norms.launch_add_rms_norm(d, h, mult, x, eps)`` would (the residual into ``h_out``);
     tensor-core plans only (:func:`norm_fusable`), a ValueError otherwise."""
-    out, inp = W.shape[0], x.shape[1]
     R = int(rows if rows is not None else x.shape[0])
+    out, inp = S.shape[0], x.shape[1]  # rows from the scales: a swept weight (qgemv plan.sw) is [pieces, ...]
     if plan is None:
         plan = plan_qgemv(out, inp, bits, group, _scale_kind(S))
-    if glu and (no is not None or not glu_ok(plan, out) or y.shape[1] != out // 2):
-        raise ValueError(f"launch_qgemv: no SwiGLU epilogue for this plan / shape ({plan}, y {tuple(y.shape)})")
     if isinstance(plan, _qgemv3.V3Plan):
-        if no is None:
+        if no is None:  # qgemv checks its own shapes (swept ones included) and the SwiGLU epilogue's
             if _scale_kind(S) != "bf16":
                 raise ValueError(f"launch_qgemv: a qgemv plan needs bf16 scales, got {_scale_kind(S)} "
                                  "(plan with plan_qgemv(..., scales=...))")
             return _qgemv3.launch(W, S, B, x, y, plan, R, ws=ws, stream=stream, glu=glu, cnt=cnt, norm=norm)
+        if plan.sw:
+            raise ValueError("launch_qgemv: no= (the CUDA-core kernel) needs an MLX-layout weight, not a swept one")
+    if glu and (no is not None or not glu_ok(plan, out) or y.shape[1] != out // 2):
+        raise ValueError(f"launch_qgemv: no SwiGLU epilogue for this plan / shape ({plan}, y {tuple(y.shape)})")
+    if isinstance(plan, _qgemv3.V3Plan):
         plan = _plan_cuda_core(out, inp, bits, group)
     if no is not None and plan.tc:
         plan = _plan_cuda_core(out, inp, bits, group)

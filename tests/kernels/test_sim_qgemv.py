@@ -365,6 +365,32 @@ def test_swept_glu_same_bits(ks):
         Q.launch(Wp, S, B, x, np.zeros((R, out), np.float32), swp, R, ws=ws)
 
 
+def test_affine_launcher_takes_swept_weights():
+    """``affine.launch_qgemv`` hands a swept qgemv plan to ``qgemv.launch`` before reading any shape from W (a
+    swept W is [pieces, words], so its first dimension is not the row count): plain and SwiGLU launches through it
+    give the bits of the direct launch; asking it for the CUDA-core kernel (``no=``) of a swept plan is refused."""
+    from tensorfold.kernels import affine as A
+    bits, group, u, out, K = 4, 64, 4, 96, 512
+    P, S, B = _case(bits, group, out, K)
+    for glu in (False, True):
+        p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=u, depth=1, blocks=4, sw=2 if glu else 1)
+        Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=p.per)
+        assert Wp.shape[0] != out
+        R = 3
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        ws = np.full((p.ks, R, out), np.nan, np.float32)
+        w = out // 2 if glu else out
+        y0 = np.full((R, w), np.nan, np.float32)
+        y1 = y0.copy()
+        Q.launch(Wp, S, B, x, y0, p, R, ws=ws, glu=glu)
+        A.launch_qgemv(Wp, S, B, x, y1, bits, group, plan=p, ws=ws, glu=glu)
+        assert not np.isnan(y0).any()
+        assert np.array_equal(y0.view(np.uint32), y1.view(np.uint32)), f"glu={glu}"
+        with pytest.raises(ValueError, match="swept"):
+            A.launch_qgemv(Wp, S, B, x, y1, bits, group, plan=p, ws=ws, no=4)
+    assert not Q.counters().any()
+
+
 @pytest.mark.parametrize("bits,group,ks", [(4, 64, 2), (4, 32, 1), (8, 32, 2), (2, 128, 1)])
 def test_bf16_x_formats_rows_exact(bits, group, ks):
     """bf16-only x (``xh``: one B column a batch row, 8 rows an n-tile). Oracle: float64 on x rounded to bf16 by
