@@ -26,6 +26,10 @@ captured graph replayed alone (device time), with a sync per replay, ``DecodeGra
 ``CudaBackend.decode_sample`` on the fast and on the generic host path, and pipelined steps (``launch_step``
 k + 1 before ``wait_step`` k).
 
+``--timeline 1,8``: before the decode rows, a few decode steps per stream count recorded kernel by kernel on the
+GPU (torch's profiler) and broken into each kernel's busy, exposed and gap time (``benchmarks/timeline.py``): what
+a kernel costs in the PDL chain, which ``--profile`` (each launch replayed alone) cannot say.
+
 ``--peer``: after our rows, transformers' ``Qwen3_5ForCausalLM`` in bf16 (torch on the GPU; fla's kernels when
 importable, else transformers' torch path) at the same full geometry with random weights: greedy decode of
 ``--peer-tokens`` tokens after a 32-token prompt at 1 and 8 streams (batch), tok/s = streams x tokens / (time
@@ -273,6 +277,49 @@ def host_split(be, n, steps, log, rng, decode_prompt=32, tag=""):
     return res
 
 
+def timeline_steps(be, n, steps, log, rng, decode_prompt=32, trace_dir=None, tag=""):
+    """``--timeline``: every kernel of ``steps`` decode steps of ``n`` streams as the engine runs them (graph
+    replays, run-ahead on) recorded with start and end stamps by torch's profiler (CUPTI), then per kernel name
+    its busy, exposed and gap time a step (``benchmarks/timeline.py``). The Chrome trace is kept in ``trace_dir``.
+    Prints a clear line and returns None where torch or its profiler is missing."""
+    from tensorfold.kernels._device import IS_SIM
+
+    if IS_SIM:
+        log(f"{tag}timeline: GPU only")
+        return None
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except Exception as e:  # noqa: BLE001 -- an optional diagnostic
+        log(f"{tag}timeline: torch's profiler is not importable ({type(e).__name__}: {e}); skipped")
+        return None
+    import timeline as TL
+
+    V = be.vocab_size
+    slots, toks = start_streams(be, n, rng, decode_prompt)
+    was = be.run_ahead
+    be.run_ahead = True
+    try:
+        for _ in range(5):  # the run-ahead chain going, as in the timed loop
+            toks = be.decode_sample(slots, toks, _sample_rows([be._lens[s] for s in slots], V))
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                toks = be.decode_sample(slots, toks, _sample_rows([be._lens[s] for s in slots], V))
+            be.stream.synchronize()
+        path = Path(trace_dir or "/tmp") / f"timeline_{tag.strip(' []') or 'g'}_{n}.json"
+        prof.export_chrome_trace(str(path))
+        rep = TL.analyse(TL.kernels_from_trace(str(path)))
+        log(f"{tag}timeline, {n} stream(s) (trace {path.name}):")
+        log(TL.format_report(rep))
+        return rep
+    except Exception as e:  # noqa: BLE001 -- an optional diagnostic must not end the benchmark
+        log(f"{tag}timeline: failed ({type(e).__name__}: {e})")
+        return None
+    finally:
+        be.run_ahead = was
+        for s in slots:
+            be.free(s)
+
+
 def _ab_sets(spec: str):
     """``--ab-env`` "A=1 B=0;A=2 B=1" -> [("A=1 B=0", {"A": "1", "B": "0"}), ...]; "" -> [("", {})] (no switching)."""
     out = []
@@ -296,7 +343,7 @@ def _restore_env(saved: dict):
 
 
 def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, decode_prompt=32, profile=(),
-                   split=False, profile_prompts=(), ab="", ab_rounds=2):
+                   split=False, profile_prompts=(), ab="", ab_rounds=2, timeline=(), trace_dir=None):
     from tensorfold.model.checkpoint import load_checkpoint
     from tensorfold.runtime.backend import CudaBackend
     from tensorfold.runtime.caches import plan_caches
@@ -328,6 +375,8 @@ def bench_geometry(geom, root, streams, prompts, steps, prompt_rows, bw, log, de
         profile_step(be, n, log)
     for L in profile_prompts:
         profile_prompt(be, L, log)
+    for n in timeline:
+        timeline_steps(be, n, min(steps, 30), log, rng, decode_prompt, trace_dir, tag=f"[{geom}] ")
     if split:
         for n in streams:
             res = host_split(be, n, steps, log, rng, decode_prompt, tag=f"[{geom}] ")
@@ -579,6 +628,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--profile", default="", help="stream counts to profile per kernel first, e.g. '1,8'")
     ap.add_argument("--profile-prompt", default="", help="prompt lengths to profile per kernel first, e.g. '4096'")
+    ap.add_argument("--timeline", default="", help="stream counts whose decode steps are recorded kernel by kernel "
+                    "(torch's profiler: start / end stamps in the replayed graphs) and broken into busy, exposed and "
+                    "gap time per kernel (benchmarks/timeline.py); the trace goes beside --out")
     ap.add_argument("--decode-prompt", type=int, default=32, help="prompt tokens per stream before decoding")
     ap.add_argument("--prompt-rows", type=int, default=4096)
     ap.add_argument("--out", default=None)
@@ -653,7 +705,9 @@ def main(argv=None):
                                          profile=[int(x) for x in a.profile.split(",") if x],
                                          split=a.host_split,
                                          profile_prompts=[int(x) for x in a.profile_prompt.split(",") if x],
-                                         ab=a.ab_env, ab_rounds=a.ab_rounds)
+                                         ab=a.ab_env, ab_rounds=a.ab_rounds,
+                                         timeline=[int(x) for x in a.timeline.split(",") if x],
+                                         trace_dir=Path(a.out).parent if a.out else None)
         table += [(g,) + r for r in rows]
         if a.peer:
             table += [(g,) + r for r in peer_geometry(g, a.root, [int(x) for x in a.peer_streams.split(",")], log,
