@@ -12,7 +12,9 @@ a kernel start before its predecessor ends. This does:
 - a **gap** is GPU time with no kernel running: ``max(0, start - E)`` (a launch that could not start earlier: graph
   boundaries, the host, dependencies without PDL).
 - a step starts at its embedding gather (the first kernel of every step graph); the time between one step's last
-  kernel and the next step's first is reported as the step boundary.
+  kernel and the next step's first is reported as the step boundary. Copies and sets on the stream (the
+  metadata written before a step, the ids copied back after it) are items too, named ``copy: ...``; those
+  between two graphs count in the earlier step.
 
 The functions here are pure Python (no GPU, no torch) so that the analysis is tested on the CPU
 (``tests/test_timeline.py``); :func:`kernels_from_trace` reads a Chrome trace that torch's profiler exported.
@@ -61,14 +63,23 @@ def short_name(name: str) -> str:
     return re.sub(r"(_24|\$)\d+$", "", n)
 
 
+GPU_CATS = {"kernel": "", "gpu_memcpy": "copy: ", "gpu_memset": "set: "}
+
+
 def kernels_from_trace(path: str):
-    """[(name, start, end)] in µs of the GPU kernels in a Chrome trace (torch.profiler's export), by start;
-    names shortened by :func:`short_name`."""
+    """[(name, start, end)] in µs of the GPU work in a Chrome trace (torch.profiler's export), by start: kernels
+    (names shortened by :func:`short_name`) and the stream's copies and sets (named ``copy: <kind>``, e.g. the
+    metadata written before each step graph), which occupy the stream between graphs like kernels do."""
     with open(path) as f:
         data = json.load(f)
     evs = data["traceEvents"] if isinstance(data, dict) else data
-    out = [(short_name(e["name"]), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
-           for e in evs if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    out = []
+    for e in evs:
+        cat = e.get("cat")
+        if e.get("ph") != "X" or cat not in GPU_CATS:
+            continue
+        name = short_name(e["name"]) if cat == "kernel" else GPU_CATS[cat] + str(e["name"])
+        out.append((name, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
     out.sort(key=lambda k: (k[1], k[2]))
     return out
 

@@ -65,10 +65,12 @@ def test_trace_reading_and_names(tmp_path):
             "ts": 10.0, "dur": 2.0},
            {"ph": "X", "cat": "kernel", "name": "cudapy::tensorfold::kernels::attention::attn_merge$241(Array<f>)",
             "ts": 11.0, "dur": 3.0},
-           {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 9.0, "dur": 1.0},
-           {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 1.0, "dur": 1.0}]
+           {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 9.0, "dur": 1.0},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 1.0, "dur": 1.0},
+           {"ph": "i", "cat": "kernel", "name": "marker", "ts": 1.0}]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": evs}))
-    assert T.kernels_from_trace(str(p)) == [("embed_swept_k", 10.0, 12.0), ("attn_merge", 11.0, 14.0)]
+    assert T.kernels_from_trace(str(p)) == [("copy: Memcpy HtoD (Pinned -> Device)", 9.0, 10.0),
+                                            ("embed_swept_k", 10.0, 12.0), ("attn_merge", 11.0, 14.0)]
     assert T.short_name("_ZN6cudapy1a14attn_merge_241E5Array") == "attn_merge"
     assert T.short_name("qgemv3_b4_g64_n1[abi:v1,cw51](int)") == "qgemv3_b4_g64_n1"

@@ -39,6 +39,13 @@ Launch geometry
   merged accumulator by 2^56. Powers of two: no rounding differs from decoding to true values (products below
   2^-70 in true units may lose bits, far below fp32 resolution of the sums). Code 0x7F (NaN, never written by
   the store, which saturates) decodes to 480 here.
+- ``attn_fused_<fmt>_g<G>``: the partials kernel with the merge in its tail (``launch(fused=True)``,
+  ``TENSORFOLD_ATTN_FUSED=1``): after a split's partials, a fence and one atomic arrival a block on
+  ``ctr[r, kv head]``; the block that brings the count to the row's split count resets it and, for the G heads,
+  does the merge below with the same operations in the same order (thread t takes split t for the max and the
+  weighted sum of l as the merge's first four warps do; each thread then 4 dims at a time, split groups in the
+  merge's order), reading the partials with ``ld.global.cg`` (other blocks wrote them; L1 is not coherent). One
+  launch instead of two; the same bits.
 - ``attn_merge``: grid (R, nH, ceil(hd / 64)), block 256: a block merges up to 128 splits of one row and head
   for 64 dims (16 groups of 16 threads, 16-byte loads of the partial accumulators, 8 splits per thread, all loads
   in flight together); block max / weighted sum of l in fixed order; optional sigmoid gate.
