@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.runtime.conftest import make_runner
-from tests.runtime.test_sim_forward import _caches_equal
+from tests.runtime.test_sim_forward import _caches_equal, _same_steps
 from tensorfold.kernels import attention
 from tensorfold.runtime import forward as F
 
@@ -44,11 +44,7 @@ def test_fused_attention_steps_equal_two_launches(micro, micro_arena, monkeypatc
     plain, n_plain = steps([1], [T], False)
     assert n_plain > 0
     beside, _ = steps([2, 3], [T, len(Q)], True)
-    for (a, ta), (b, tb), (c, tc) in zip(fused, plain, beside):
-        assert np.isfinite(a).all()
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-        assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
-        assert ta == tb == tc == int(np.argmax(a))
+    _same_steps(fused, plain, beside)
     _caches_equal(run, 0, 1, T + len(ids))
     _caches_equal(run, 0, 2, T + len(ids))
     assert not np.asarray(run.buf.actr).any()

@@ -42,6 +42,17 @@ def _caches_equal(run, a, b, n_tokens):
         assert np.array_equal(vs[:, a, :n_tokens], vs[:, b, :n_tokens])
 
 
+def _same_steps(*runs):
+    """Runs of (logits row, greedy id) per step: every run's logits equal the first's bit for bit, finite, and
+    every id is that row's argmax."""
+    for steps in zip(*runs):
+        a, ta = steps[0]
+        assert np.isfinite(a).all()
+        for b, tb in steps[1:]:
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+            assert tb == ta == int(np.argmax(a))
+
+
 def test_prompt_steps_window_batched_bf16(micro, micro_arena):
     rng = np.random.default_rng(1)
     run = make_runner(micro, micro_arena, kv="bf16")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.runtime.conftest import make_runner
-from tests.runtime.test_sim_forward import _caches_equal
+from tests.runtime.test_sim_forward import _caches_equal, _same_steps
 from tensorfold.runtime import forward as F
 
 
@@ -45,11 +45,7 @@ def test_fused_norm_steps_equal_standalone(micro, micro_arena, monkeypatch):
         lg, tk = run.forward(F.step_batch([2, 3], [t, t], [T + k, len(Q) + k]), argmax=True)
         beside.append((lg[0].copy(), int(tk[0])))
     assert run.n_fused == n0
-    for (a, ta), (b, tb), (c, tc) in zip(fused, plain, beside):
-        assert np.isfinite(a).all()
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-        assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
-        assert ta == tb == tc == int(np.argmax(a))
+    _same_steps(fused, plain, beside)
     _caches_equal(run, 0, 1, T + len(ids))
     _caches_equal(run, 0, 2, T + len(ids))
     # a one-row verify window (mode "verify") fuses as well and gives the step's logits
