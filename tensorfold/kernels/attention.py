@@ -613,6 +613,7 @@ def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
             if s_flag[0] == ns - 1:  # block-uniform: the last split of (r, kvh) to arrive merges the row's heads
                 if tid == 0:
                     ctr[r, kvh] = 0
+                cuda.threadfence()  # acquire side: the other splits' partials are read after their arrivals
                 # attn_merge's steps for each head: thread tid holds split tid (its warp / lane as there); the
                 # partials are read from L2 (.cg), other blocks wrote them
                 for g in range(G):
