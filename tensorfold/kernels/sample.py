@@ -1093,8 +1093,26 @@ def sample_k(logits, out_ids, temps, top_k, top_p, min_p, seeds, positions, vali
         cuda.syncthreads()
 
 
+def keep_ids_k(tok, row_slot, ids):
+    """``ids[r] = tok[r]`` for the rows of a stream (``row_slot[r] >= 0``): a step graph's drawn ids become the
+    input ids of the bucket's next step, on the device (``runtime.graphs``, in-graph chaining). One block."""
+    pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
+    for r in range(cuda.threadIdx.x, tok.shape[0], cuda.blockDim.x):
+        if row_slot[r] >= 0:
+            ids[r] = tok[r]
+
+
+def launch_keep_ids(tok, row_slot, ids, *, stream=0):
+    """:func:`keep_ids_k` over ``tok`` [n] (``row_slot``, ``ids`` at least n long)."""
+    n = tok.shape[0]
+    if row_slot.shape[0] < n or ids.shape[0] < n:
+        raise ValueError(f"keep_ids: {n} ids need row_slot and ids of at least {n}")
+    keep_ids_k[1, 32 if IS_SIM else 128, stream](tok, row_slot, ids)
+
+
 sample_py = sample_k
 amax_py = amax_k
+keep_py = keep_ids_k
 hist_py = hist_k
 plan_py = plan_k
 gather_py = gather_k
@@ -1109,6 +1127,7 @@ gather_k = _kcache.kjit(gather_k)
 select_k = _kcache.kjit(select_k)
 dsum_k = _kcache.kjit(dsum_k)
 draw_k = _kcache.kjit(draw_k)
+keep_ids_k = _kcache.kjit(keep_ids_k)
 
 PASS_TPB = FIN_TPB  # row-slice passes of sampled rows: dsum_k's per-thread chunks are what draw_k re-walks
 BLOCKS_PER_ROW = 3 if IS_SIM else 64  # sampled passes: 248320 / 64 = 3880 logits (15 KB) per block
@@ -1224,6 +1243,7 @@ COMPILE_SPECS = [
     (dsum_py, f"void({_F2}, float32[::1], float32[::1], int32, {_R}, {_I2}, int64[::1], {_D2})"),
     (draw_py, f"void({_F2}, int32[::1], float32[::1], float32[::1], int64[::1], int64[::1], int32, {_R}, {_I2}, "
               f"int64[::1], {_D2})"),
+    (keep_py, "void(int32[::1], int32[::1], int32[::1])"),
 ]
 HOT = {"sample_k", "amax_k", "hist_k", "plan_k", "gather_k", "select_k", "dsum_k",
-       "draw_k"}
+       "draw_k", "keep_ids_k"}

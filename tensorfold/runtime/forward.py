@@ -39,6 +39,7 @@ from numba import cuda
 from tensorfold.kernels._device import IS_SIM
 from tensorfold.kernels import activations, affine, attention, attention_prompt, compact, conv, delta_rule, embedding, \
     gemm, kv8, norms, qgemv
+from tensorfold.kernels import sample as ksample
 from tensorfold.reference import ops
 from tensorfold.runtime import glue
 
@@ -224,11 +225,17 @@ class _H2D:
         self._d = int(drv.device_pointer(dev))
         self._h = int(host.ctypes.data)
 
-    def __call__(self, stream=0, nbytes=None):
+    def __call__(self, stream=0, nbytes=None, start=0):
+        """Copy bytes ``start`` .. ``nbytes`` (default: all)."""
+        end = self.nbytes if nbytes is None else nbytes
         if IS_SIM:
-            self.dev.copy_to_device(self.host, stream=stream)
+            if start:
+                it = self.host.itemsize
+                self.dev[start // it:end // it].copy_to_device(self.host[start // it:end // it], stream=stream)
+            else:
+                self.dev.copy_to_device(self.host, stream=stream)
             return
-        self._fn(self._d, self._h, self.nbytes if nbytes is None else nbytes, _stream_handle(stream))
+        self._fn(self._d + start, self._h + start, end - start, _stream_handle(stream))
 
 
 class _D2H:
@@ -344,8 +351,11 @@ class Meta:
             v[k][n:S] = pad
         self._step_n = n
 
-    def write_step(self, slots, ids, lens, stream=0) -> None:
-        """``write(step_batch(slots, ids, lens).pad(R, S))`` (one row per stream, committed), byte for byte."""
+    def write_step(self, slots, ids, lens, stream=0, keep_ids=False) -> None:
+        """``write(step_batch(slots, ids, lens).pad(R, S))`` (one row per stream, committed), byte for byte.
+        ``keep_ids``: the device's ids are left as they are (``ids`` is ignored): the previous step of the same
+        rows wrote them there (``kernels.sample.launch_keep_ids``); ``ids`` is the first field, so the copy starts
+        after it."""
         n = len(slots)
         if n > self.R or n > self.S:
             raise ValueError(f"Meta: batch of {n} rows / {n} segments exceeds {self.R} / {self.S}")
@@ -354,14 +364,15 @@ class Meta:
         v = self.hv
         sl = np.array(slots, np.int32)
         ln = np.array(lens, np.int32)
-        v["ids"][:n] = ids
+        if not keep_ids:
+            v["ids"][:n] = ids
         v["row_slot"][:n] = sl
         v["seg_slot"][:n] = sl
         v["pos"][:n] = ln
         v["cache_idx"][:n] = ln
         v["seg_dst0"][:n] = ln
         np.add(ln, 1, out=v["nk"][:n])
-        self._copy(stream)
+        self._copy(stream, start=4 * self.R if keep_ids else 0)
 
 
 class SampleMeta:
@@ -865,12 +876,14 @@ class Runner:
 
     def launch(self, R: int, S: int, n_out: int, mode: str, *, batch: Batch | None = None, argmax: bool = False,
                valid_vocab: int | None = None, sample: "SampleMeta | None" = None, meta: "Meta | None" = None,
-               all_rows: bool = False, stream=0) -> None:
+               all_rows: bool = False, keep_ids: bool = False, stream=0) -> None:
         """Issue the forward of the rows in ``meta`` (default ``self.meta``; R rows, S segments; logits of
         ``sel[:n_out]``), then optionally the argmax or the sampler (``sample``: its rows' knobs) into
         ``buf.tok``. Launches only. ``batch`` (eager only) lets prompt launches size their grids to the batch.
         ``all_rows``: the caller promises ``sel[:n_out]`` is 0 .. n_out - 1 (steps, windows, trees), so the head
-        reads the normed rows in place and the gather launch is skipped."""
+        reads the normed rows in place and the gather launch is skipped. ``keep_ids`` (steps with ids out): the
+        drawn ids of the stream rows are also written into the metadata's ``ids``, the next step's inputs
+        (``DecodeGraphs`` in-graph chaining)."""
         self._m = m = meta or self.meta
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
@@ -912,6 +925,9 @@ class Runner:
                 sample.launch(B.logits[:n_out], B.tok[:n_out], valid_vocab or c.vocab_size, stream=stream)
             elif argmax:
                 glue.launch_argmax(B.logits[:n_out], valid_vocab or c.vocab_size, B.tok[:n_out], stream=stream)
+            if keep_ids and (sample is not None or argmax):
+                ksample.launch_keep_ids(B.tok[:n_out], m.view("row_slot", n_out), m.view("ids", n_out),
+                                        stream=stream)
         self._flush_norm(stream)  # no head: the last norm's x still goes out
 
     def forward(self, batch: Batch, *, logits=True, argmax=False, valid_vocab=None, sample_rows=None, stream=0,

@@ -32,7 +32,12 @@ alone 1.0 ms -> 0.13 ms per step at 1 stream.
 
 Pipelined steps (optional, ``launch_step`` / ``wait_step``): step k + 1 is enqueued, its ids chained from step
 k's on the device, before the host reads step k's ids; two pinned id buffers and events keep the host from
-rewriting a staging buffer a copy still reads.
+rewriting a staging buffer a copy still reads. The chain is two device-to-device copies on the stream between the
+graphs (step k's ids kept aside after it, then copied into step k + 1's metadata). ``TENSORFOLD_CHAIN_GRAPH=1``
+(read when the graphs are made or dropped; off by default until timed) moves it into the graphs: every step graph
+ends with ``sample.keep_ids_k``, which writes the drawn ids into the bucket metadata's ids, and a chained step's
+metadata copy starts after the ids (``Meta.write_step(keep_ids=True)``). No copy is left between the graphs but the
+metadata's and the ids' way back to the host; the graph gains one small kernel.
 
 Capture (``cuda.core``'s graph builder on the runner's stream): every kernel signature is compiled by one eager
 run of the same launch sequence first (padding rows only), because nothing may compile, allocate or sync inside
@@ -113,6 +118,7 @@ class DecodeGraphs:
         self._tok_copy = _D2H(runner.buf.tok, self.tok_host)
         self._pipe = None  # launch_step's buffers (made on first use)
         self._pipe_last = None
+        self.chain_in_graph = chain_in_graph()
 
     def use_vocab(self, valid_vocab) -> bool:
         """Make ``valid_vocab`` (ids at or above it are never drawn) the sampler bound of the graphs. The bound is
@@ -125,10 +131,15 @@ class DecodeGraphs:
         return True
 
     def clear(self) -> None:
-        """Drop every captured graph (steps, greedy steps, windows, trees); they are recaptured on use."""
+        """Drop every captured graph (steps, greedy steps, windows, trees); they are recaptured on use. The chain
+        form (``TENSORFOLD_CHAIN_GRAPH``) is read again: the step graphs are made for it."""
         self.graphs.clear()
         self.ggraphs.clear()
         self.wgraphs.clear()
+        ing = chain_in_graph()
+        if ing != self.chain_in_graph:
+            self._pipe_last = None  # a chain across the switch would look for its ids in the other form's place
+        self.chain_in_graph = ing
 
     def bucket(self, n: int) -> int:
         for b in self.buckets:
@@ -138,7 +149,8 @@ class DecodeGraphs:
 
     def _launch(self, b, stream, greedy=False):
         self.run.launch(b, b, b, "step", sample=None if greedy else self.run.sample_meta, argmax=greedy,
-                        meta=self.metas[b], valid_vocab=self.valid_vocab, all_rows=True, stream=stream)
+                        meta=self.metas[b], valid_vocab=self.valid_vocab, all_rows=True,
+                        keep_ids=self.chain_in_graph, stream=stream)
 
     def _build(self, launch):
         """Capture ``launch(stream)`` (already run eagerly once: everything compiled) into an uploaded graph."""
@@ -367,18 +379,21 @@ class DecodeGraphs:
         st = self.stream
         greedy = _argmax_form(rows)
         meta, sm = self.metas[b], self.run.sample_meta
+        ing = self.chain_in_graph  # the ids chain inside the graphs: the previous step left them in meta's ids
         if self.use_graphs and b not in self._table(greedy):
             st.synchronize()  # launches in flight may still read the pinned staging buffers capture rewrites
             p["staged_ok"] = True
+            if chain and ing:  # the capture's padding run rewrites meta: take the chained ids to the host first
+                ids, chain = [int(x) for x in meta.view("ids", n).copy_to_host()], False
             self.capture(b, greedy)
         if not p["staged_ok"]:
             p["staged"].synchronize()  # the previous launch's host -> device copies have left the pinned buffers
-        meta.write_step(slots, [0] * n if chain else ids, lens, stream=st)
+        meta.write_step(slots, [0] * n if chain else ids, lens, stream=st, keep_ids=chain and ing)
         if not greedy:
             sm.write_fast(rows, stream=st)
         p["staged"].record(st)
         p["staged_ok"] = False
-        if chain:
+        if chain and not ing:
             cp = p.get(("chain", b))
             if cp is None:
                 cp = p[("chain", b)] = _D2D(meta.view("ids"), p["prev"])
@@ -387,7 +402,8 @@ class DecodeGraphs:
             self._table(greedy)[b].launch(self._core_stream)
         else:
             self._launch(b, st, greedy)
-        p["keep"](n, st)
+        if not ing:
+            p["keep"](n, st)
         k = p["k"] % 2
         p["d2h"][k](n, st)
         p["done"][k].record(st)
@@ -416,6 +432,15 @@ class DecodeGraphs:
         out = self.run.buf.logits[:n].copy_to_host(stream=self.stream)
         self.stream.synchronize()
         return out
+
+
+def chain_in_graph() -> bool:
+    """``TENSORFOLD_CHAIN_GRAPH=1``: chained steps take their ids from the previous step graph's ``keep_ids_k``
+    (module docstring); 0 (the default): two device-to-device copies between the graphs."""
+    v = os.environ.get("TENSORFOLD_CHAIN_GRAPH", "0").strip() or "0"
+    if v not in ("0", "1"):
+        raise ValueError(f"TENSORFOLD_CHAIN_GRAPH={v!r}: expected 0 or 1")
+    return v == "1"
 
 
 def _padding_batch(b: int, S: int | None = None):

@@ -146,3 +146,21 @@ def test_topk_larger_than_minp_candidates():
                     max_blocks=1)
     ref = [S.sample(lg[r], t[r], k[r], p[r], mp[r], seeds[r], pos[r], V) for r in range(2)]
     assert out.tolist() == ref and out[1] == 77
+
+
+def test_keep_ids_copies_stream_rows_only():
+    """``keep_ids_k`` (in-graph chaining of decode steps): ``ids[r] = tok[r]`` exactly where ``row_slot[r] >= 0``;
+    padding rows keep what they held; more rows than the block has threads; a too-short target is refused."""
+    rng = np.random.default_rng()
+    n = 70
+    tok = rng.integers(0, 1 << 20, n).astype(np.int32)
+    slot = rng.integers(-1, 5, n).astype(np.int32)
+    slot[:2] = (-1, 3)
+    before = rng.integers(0, 1 << 20, n + 3).astype(np.int32)
+    ids = before.copy()
+    K.launch_keep_ids(tok, slot, ids)
+    want = before.copy()
+    want[:n] = np.where(slot >= 0, tok, before[:n])
+    assert np.array_equal(ids, want)
+    with pytest.raises(ValueError, match="at least"):
+        K.launch_keep_ids(tok, slot, ids[:5])

@@ -9,10 +9,14 @@
 # (2) the fused attention merge (s38, TENSORFOLD_ATTN_FUSED=1) against the two launches, decode A/B, two rounds,
 #     1 and 8 streams. Prediction: +0.3 to +1 % at one stream (2B: 6 launches a step fewer, each worth about
 #     1-2 us in the chain; 9B: 8), a tie at eight.
+# (3) the ids chain inside the step graphs (s38, TENSORFOLD_CHAIN_GRAPH=1: no device-to-device copy between two
+#     run-ahead steps, one small kernel more in the graph). Prediction: 2B +0.5 to +1.5 % at one stream (pre-11's
+#     host split: pipelined steps 59 us over the graph replayed alone, with six copies between graphs then), 9B
+#     +0.3 to +0.8 %. The timeline's copy rows say what each copy costs.
 . benchmarks/_dec.sh
 out_dir s39b
 t0=$SECONDS
-AB="TENSORFOLD_ATTN_FUSED=1;TENSORFOLD_ATTN_FUSED=0"
+AB="TENSORFOLD_ATTN_FUSED=0 TENSORFOLD_CHAIN_GRAPH=0;TENSORFOLD_ATTN_FUSED=1 TENSORFOLD_CHAIN_GRAPH=0;TENSORFOLD_ATTN_FUSED=0 TENSORFOLD_CHAIN_GRAPH=1"
 for g in ${GEOMS:-2b 9b}; do
     timeout ${TLIM:-240} python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm --streams 1,8 --prompts "" \
         --steps 60 --timeline 1,8 --ab-env "$AB" --ab-rounds 2 --out "$R/decode_$g.md" > "$R/decode_$g.txt" 2>&1
