@@ -870,7 +870,8 @@ def launch_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, 
     kern = _kernel(_NPDT[np.dtype(k_cache.dtype)], G, merge is not None)
     sc = np.float32(scale)
     if merge is None:
-        qg, ug, out, ctr = _dummies()[0], 0, _dummies()[0], _dummies()[1]
+        f, c = _dummies()
+        qg, ug, out, ctr = f, 0, f, c
     else:
         qg, ug, out, ctr = merge
         if ctr.shape[0] < min(R, MAXR) or ctr.shape[1] < nKV or out.shape != q.shape:
