@@ -92,7 +92,8 @@ from numba import cuda
 from . import _device
 from . import _kcache, norms
 from ._codegen import single_assignment
-from ._device import IS_SIM, bf16_to_f32, devfn, ldg_f32x4_2d, ldg_u32x4_2d, pdl_begin, pdl_trigger, pdl_wait, warp_sum
+from ._device import (IS_SIM, bf16_to_f32, devfn, env_choice, ldg_f32x4_2d, ldg_u32x4_2d, pdl_begin, pdl_trigger,
+                      pdl_wait, warp_sum)
 from ._mma import fma_bf16x2, mma_bf16, pack_bf16x2, split_bf16x2
 from . import qgemv as _qgemv3
 from .activations import swiglu
@@ -686,7 +687,7 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -710,7 +711,12 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel (``norms.fused_norm_lines`` at the
     standalone kernel's geometry ``nrm``; arguments ``norms.FUSED_ARGS`` after ``c1``): each block makes x over its
-    K range in shared memory (``nf_xs``), and its warps read it there (``_tcxs``) instead of from global x."""
+    K range in shared memory (``nf_xs``), and its warps read it there (``_tcxs``) instead of from global x.
+
+    ``l2``: before the wait, each warp asks L2 for its whole share of W, S and B (``prefetch.global.L2``, a 128-byte
+    line at a time, the 4 lanes of a row taking every fourth line; no registers, no response to the SM). Under PDL
+    the previous kernel's run is the window: a GEMV behind a kernel that moves little memory (the GDN step, the
+    attention merge) then streams its weights from L2 after the wait. Load order only: the same bits."""
     assert depth >= 1 and (pipe or depth == 1)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
@@ -789,6 +795,22 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         loads("    ", "w", "wb")
         for k in range(1, depth):
             loads("    ", f"p{k}_", f"wb + {k * u}")
+    if l2:  # the warp's share of W / S / B into L2 (rows ra / rb of the lane's quad; lines t, t + 4, ..)
+        sel = 64 if sk == "bf16" else 32  # scale / bias elements a 128-byte line
+        a("    if we > wb:")
+        a(f"        nlw = ((we - wb) * {wpg} + 31) >> 5")
+        a(f"        nls = ((we - wb) + {sel - 1}) >> {sel.bit_length() - 1}")
+        for m in range(mt):
+            for h in ("a", "b"):
+                a(f"        pw0 = wo{h}{m} - t * {lw} + wb * {wpg}")
+                a(f"        pwl = pw0 + (we - wb) * {wpg} - 1")
+                a("        for ln in range(t, nlw + 1, 4):")
+                a("            pf_l2(W, min(pw0 + ln * 32, pwl))")
+                a(f"        ps0 = so{h}{m} + wb")
+                a("        psl = ps0 + (we - wb) - 1")
+                a("        for ln in range(t, nls + 1, 4):")
+                a(f"            pf_l2(S, min(ps0 + ln * {sel}, psl))")
+                a(f"            pf_l2(B, min(ps0 + ln * {sel}, psl))")
     # weights are never written by a kernel: the first iteration's loads above run before the wait, overlapping the
     # previous kernel's tail under PDL; x, y and the workspace are touched only after it
     a("    pdl_wait()")
@@ -915,10 +937,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None):
-    glu = bool(glu)
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False):
+    glu, l2 = bool(glu), bool(l2)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -927,25 +949,29 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += "_glu"
         if nrm:
             name += f"_nf{nrm[0]}x{nrm[1]}"
+        if l2:
+            name += "_l2"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
+        if l2:
+            extra["pf_l2"] = _qgemv3.pf_l2
         if nrm:
             extra.update(norms.fused_glb())
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm),
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2),
                               extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None)
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2), **kw)
     return _KCACHE[key]
 
 
@@ -1118,6 +1144,15 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
 
 
+def tc_l2(out: int, inp: int) -> bool:
+    """``TENSORFOLD_TC_L2`` (read at each launch, like the other kernel switches): whether the first tensor-core kernel of an ``out x inp``
+    weight prefetches its whole share into L2 before the PDL wait (``_gen_tc_source(l2=True)``). ``0`` (default)
+    never, ``1`` every shape, ``sq`` square weights only (the GDN out_proj and attention o_proj at 2B / 9B, which
+    run behind the GDN step and the attention merge). A function of the shape only; the same bits either way."""
+    v = env_choice("TENSORFOLD_TC_L2", "0", ("0", "1", "sq"), "first tensor-core kernel's L2 prefetch")
+    return v == "1" or (v == "sq" and out == inp)
+
+
 def _v3_enabled(out: int, inp: int) -> bool:
     """Whether ``qgemv``'s persistent kernel takes this weight shape. ``TENSORFOLD_GEMV_V3``: ``auto`` (default)
     for weights of at least ``V3_MIN_CODES`` codes, ``1`` for every shape it supports, ``0`` never. A function of
@@ -1253,7 +1288,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     if plan.tc:
         nt = 1 if R <= 8 else 2
         k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu, nrm)
+                          glu, nrm, tc_l2(out, inp))
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1460,6 +1495,13 @@ def _specs():
         if (f, _QN) not in specs:
             specs.append((f, _QN))
             hot.add(f.__name__)
+    # the L2 prefetch before the wait (TENSORFOLD_TC_L2) at the square plans it is for: the 2B out_proj / o_proj
+    # (2048 x 2048, w16) and the 9B ones (4096 x 4096, pipe2), one n-tile (hot)
+    for out in (2048, 4096):
+        p = plan_tc(out, out, 4, 64)
+        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):

@@ -197,3 +197,23 @@ def test_cuda_core_fallback_still_correct():
     A.launch_qgemv(*(cuda.to_device(a) for a in (P, S, B, x)), y, 4, 64, plan, ws=ws)
     ref, bound = _ref(x, P, S, B, 4, 64)
     _check(y.copy_to_host(), ref, bound)
+
+
+@pytest.mark.parametrize("label,out,rows", [("2B out_proj", 2048, 16), ("9B out_proj", 4096, 16)])
+def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
+    """``TENSORFOLD_TC_L2`` (the first tensor-core kernel asks L2 for its whole share before the PDL wait) at the
+    square shapes it is for: the same bits as without it at 1 and ``rows`` rows, and against the reference."""
+    cuda = _cuda()
+    P, S, B = _rand_q(out, out, 4, 64)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
+    dev = _Dev(cuda, P, S, B, 4, 64)
+    assert dev.plan.tc, dev.plan  # the first kernel's plan (w16 / pipe2)
+    x = rng.standard_normal((rows, out)).astype(np.float32)
+    got = {}
+    for v in ("0", "sq"):
+        monkeypatch.setenv("TENSORFOLD_TC_L2", v)
+        got[v] = (dev(x), dev(x[3:4]))
+    for a, b in zip(got["0"], got["sq"]):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), label
+    ref, bound = _ref(_xin(x, dev.plan), P, S, B, 4, 64)
+    _check(got["sq"][0], ref, bound)

@@ -303,3 +303,48 @@ def test_tc_latency_variant(variant):
         yr = np.full((1, out), np.nan, np.float32)
         A.launch_qgemv(P, S, B, x[r:r + 1], yr, bits, group, plan, ws=ws)
         assert np.array_equal(yr.view(np.uint32), y[r:r + 1].view(np.uint32)), f"row {r}"
+
+
+# ------------------------------------------------------------------------- L2 prefetch before the wait (l2)
+
+
+@pytest.mark.parametrize("case", ["pipe2_ks2", "w16_glu", "f32_scales"])
+def test_tc_l2_prefetch_same_bits(case, monkeypatch):
+    """``l2`` (the warp's whole share of W / S / B asked of L2 before the PDL wait) changes the load order only: the
+    same bits as without it, with uneven warp ranges, warps with no group, split-K, the SwiGLU epilogue and float32
+    scales. The simulator's ``pf_l2`` asserts every prefetched offset lies inside its array (the clamps at the last
+    row and the last element of a run). The switch: ``TENSORFOLD_TC_L2`` = 0 / 1 / sq (square weights only)."""
+    bits, group = 4, 64
+    K = 9 * group  # 9 groups: uneven warp ranges, some empty
+    glu = case == "w16_glu"
+    out = 32 if glu else 20  # partial last tile (plain); gate | up of 16 rows each (glu)
+    kw = {"scale_dtype": "f32"} if case == "f32_scales" else {}
+    P, S, B = _q(out, K, bits, group, **kw)
+    x = rng.standard_normal((9, K)).astype(np.float32)
+    if case == "pipe2_ks2":
+        plan = A.GemvPlan(out, K, bits, group, 64, 2, True, 2, 2, True, 1, "pipe2")
+    else:
+        plan = A.GemvPlan(out, K, bits, group, 32 * 5, 1, True, 1, 2, True, 1, "w16")
+    ys = []
+    for l2 in ("0", "1"):
+        monkeypatch.setenv("TENSORFOLD_TC_L2", l2)
+        ws = np.full((plan.ks, 9, out), np.nan, np.float32) if plan.ks > 1 else None
+        y = np.full((9, out // 2 if glu else out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x, y, bits, group, plan, ws=ws, glu=glu)
+        assert not np.isnan(y).any()
+        ys.append(y)
+    assert A.get_tc_pyfunc(bits, group, 2, plan.tpb // 32, plan.mt, plan.u, S.dtype.name == "uint16" and "bf16"
+                           or "f32", True, 1, glu, None, True).__name__.endswith("_l2")
+    assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32))
+    if not glu:
+        ref, bound = _ref(x, P, S, B, bits, group)
+        _check(ys[1], ref, bound, tol=1e-5)
+    monkeypatch.setenv("TENSORFOLD_TC_L2", "sq")
+    assert A.tc_l2(2048, 2048) and not A.tc_l2(6144, 2048)
+    monkeypatch.setenv("TENSORFOLD_TC_L2", "1")
+    assert A.tc_l2(6144, 2048)
+    monkeypatch.setenv("TENSORFOLD_TC_L2", "0")
+    assert not A.tc_l2(2048, 2048)
+    monkeypatch.setenv("TENSORFOLD_TC_L2", "2")
+    with pytest.raises(ValueError, match="TENSORFOLD_TC_L2"):
+        A.tc_l2(2048, 2048)
