@@ -561,23 +561,17 @@ if not IS_SIM:
         ary = context.make_array(arrty)(context, builder, value=arr)
         return cgutils.get_item_pointer(context, builder, arrty, ary, idxs, wraparound=False)
 
-    def asm_vec_load(builder, ptr, n, ptx_type, nc, cg=False):
+    def asm_vec_load(builder, ptr, n, ptx_type, nc):
         """One vector load ``ld.global[.nc].v{n}.{ptx_type}`` (``f32`` or ``u32``) at ``ptr`` -> n LLVM values.
         The one builder for every kernel module's vector loads, so that the PDL rule is applied in one place:
         ``nc=True`` only for weights (nothing writes them while a kernel runs). ``nc=False`` is a coherent load,
         marked side-effecting so that LLVM keeps it after ``griddepcontrol.wait`` (ptxas may issue a ``.nc`` load
-        before the wait, session 33). ``cg=True`` (coherent loads only): ``ld.global.cg``, cached in L2, not L1, for
-        values another block of the same launch wrote (read after its arrival is counted)."""
+        before the wait, session 33)."""
         reg, lt = ("f", ir.FloatType()) if ptx_type == "f32" else ("r", ir.IntType(32))
-        op = f"ld.global{'.nc' if nc else ('.cg' if cg else '')}"
-        if n == 1:  # a scalar load: no vector suffix, and the asm returns the value itself
-            asm = ir.InlineAsm(ir.FunctionType(lt, [ptr.type]), f"{op}.{ptx_type} $0, [$1];", f"={reg},l",
-                               side_effect=not nc)
-            return [builder.call(asm, [ptr])]
         regs = ", ".join(f"${k}" for k in range(n))
         asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([lt] * n), [ptr.type]),
-                           f"{op}.v{n}.{ptx_type} {{{regs}}}, [${n}];", ",".join([f"={reg}"] * n) + ",l",
-                           side_effect=not nc)
+                           f"ld.global{'.nc' if nc else ''}.v{n}.{ptx_type} {{{regs}}}, [${n}];",
+                           ",".join([f"={reg}"] * n) + ",l", side_effect=not nc)
         res = builder.call(asm, [ptr])
         return [builder.extract_value(res, k) for k in range(n)]
 

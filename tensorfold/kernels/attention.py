@@ -39,13 +39,6 @@ Launch geometry
   merged accumulator by 2^56. Powers of two: no rounding differs from decoding to true values (products below
   2^-70 in true units may lose bits, far below fp32 resolution of the sums). Code 0x7F (NaN, never written by
   the store, which saturates) decodes to 480 here.
-- ``attn_fused_<fmt>_g<G>``: the partials kernel with the merge in its tail (``launch(fused=True)``,
-  ``TENSORFOLD_ATTN_FUSED=1``): after a split's partials, a fence and one atomic arrival a block on
-  ``ctr[r, kv head]``; the block that brings the count to the row's split count resets it and, for the G heads,
-  does the merge below with the same operations in the same order (thread t takes split t for the max and the
-  weighted sum of l as the merge's first four warps do; each thread then 4 dims at a time, split groups in the
-  merge's order), reading the partials with ``ld.global.cg`` (other blocks wrote them; L1 is not coherent). One
-  launch instead of two; the same bits.
 - ``attn_merge``: grid (R, nH, ceil(hd / 64)), block 256: a block merges up to 128 splits of one row and head
   for 64 dims (16 groups of 16 threads, 16-byte loads of the partial accumulators, 8 splits per thread, all loads
   in flight together); block max / weighted sum of l in fixed order; optional sigmoid gate.
@@ -60,7 +53,6 @@ the kernel is bound by issue and exposed load latency, not by bandwidth; e4m3 is
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
@@ -151,11 +143,10 @@ if not IS_SIM:
     def _shb(v, src):
         return cuda.shfl_sync(FULL_MASK, v, src)
 
-    def _make_ldv(nw, ndim, cg=False):
+    def _make_ldv(nw, ndim):
         """A coherent ``ld.global.v{nw}.u32`` of the 4*nw bytes at ``&arr[i0, .., i{ndim-1}]`` (any dtype; the
         address must be 4*nw-byte aligned) -> UniTuple(uint32, nw). Not ``.nc``: q, the cache rows and the partials
-        are written by the kernel before this one, which may still run under PDL (``_device``'s rule). ``cg``:
-        ``ld.global.cg`` (L2 only), for the partials other blocks of the same launch wrote (the fused merge)."""
+        are written by the kernel before this one, which may still run under PDL (``_device``'s rule)."""
 
         def _typer(arr, idx):
             if not (isinstance(arr, types.Array) and arr.ndim == ndim):
@@ -166,8 +157,7 @@ if not IS_SIM:
 
         def codegen(context, builder, sig, args):
             ptr = item_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-            return context.make_tuple(builder, sig.return_type,
-                                      asm_vec_load(builder, ptr, nw, "u32", nc=False, cg=cg))
+            return context.make_tuple(builder, sig.return_type, asm_vec_load(builder, ptr, nw, "u32", nc=False))
 
         if ndim == 4:
             @intrinsic
@@ -186,8 +176,6 @@ if not IS_SIM:
     _ldv4 = _make_ldv(4, 4)
     _ldv2 = _make_ldv(2, 4)
     _ldq4 = _make_ldv(4, 3)
-    _ldcg4 = _make_ldv(4, 4, cg=True)
-    _ldcg1 = _make_ldv(1, 3, cg=True)
 
 else:
 
@@ -236,12 +224,6 @@ else:
     @cuda.jit(device=True)
     def _ldv2(a, i0, i1, i2, i3):
         return _sim_words(a, i0, i1, i2, i3, 2)
-
-    _ldcg4 = _ldv4
-
-    @cuda.jit(device=True)
-    def _ldcg1(a, i0, i1, i2):
-        return (np.float32(a[i0, i1, i2]).view(np.uint32),)
 
     @cuda.jit(device=True)
     def _ldq4(a, i0, i1, i2):
@@ -313,20 +295,6 @@ def _dec_e4m3(kw, o, i):
     return np.uint32(x).view(np.float32)
 
 
-@devfn
-def _gated(o, L, use_gate, gt):
-    """The merged value of one output element: the weighted sum ``o`` over the softmax total ``L``, times
-    sigmoid(gt) when ``use_gate`` (the split forms keep exp's argument <= 0). The one expression both merges use."""
-    o = o / L
-    if use_gate != 0:
-        if gt >= float32(0.0):
-            o = o / (float32(1.0) + float32(math.exp(-gt)))
-        else:
-            e = float32(math.exp(gt))
-            o = o * e / (float32(1.0) + e)
-    return o
-
-
 _FMT = {  # fmt: (raw load, decode, words per 8 dims, max keys per warp batch, quantized)
     "f32": (_ld_f32, _dec_f32, 8, 4, False),
     "bf16": (_ld_bf16, _dec_bf16, 4, 8, False),
@@ -362,18 +330,12 @@ NW = 4  # raw words per 8 dims
 GKB = 32  # G * KB
 KBNW = 32  # KB * NW
 QUANT = False
-FUSE = False  # the merge fused in: the last split of a (row, kv head) to finish merges them (see attn_partials)
 ld = None
 dec = None
 
 
 def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale,
-                  m_out, l_out, acc_out, qg, use_gate, out, ctr):
-    """Split partials (module docstring). FUSE variants also merge: each block that writes a split's partials
-    counts its arrival in ``ctr[r, kv head]`` (int32 [>= rows, nKV], all zero between launches); the block that
-    brings the count to the row's split count resets it and merges the G heads' splits into ``out`` as
-    ``attn_merge`` does, with the same operations in the same order (the same bits); rows of a stream slot that
-    see no key get zeros, as there. Plain variants ignore ``qg``, ``use_gate``, ``out`` and ``ctr``."""
+                  m_out, l_out, acc_out):
     pdl_begin()  # kernels._pdl: the next launch may start; the previous one's writes are visible after
     tid = cuda.threadIdx.x
     lane = tid % 32
@@ -396,10 +358,6 @@ def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
     kw = cuda.local.array(KBNW, uint32)
     vw = cuda.local.array(KBNW, uint32)
     kf = cuda.local.array(LPV, float32)
-    s_flag = cuda.shared.array(1, int32)  # FUSE: the arrival count this block saw
-    ws = cuda.shared.array((G, NSMAX), float32)  # FUSE: a split's weight exp(m_c - M), per head
-    wrg = cuda.shared.array((G, NWARP), float32)  # FUSE: per-warp max / sum, per head
-    mcs = cuda.local.array(G, float32)
     R = q.shape[0]
     hd = q.shape[2]
     nKV = k_cache.shape[2]
@@ -430,11 +388,6 @@ def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
         cuda.syncthreads()
         off *= 2
     total = s_inc[NT - 1]
-    if FUSE:  # rows of a slot that see no key have no split to merge: their output is zero (attn_merge's rule)
-        for rz in range(cuda.blockIdx.x, R, cuda.gridDim.x):
-            if s_slot[rz] >= 0 and s_n[rz] <= 0:
-                for e in range(tid, out.shape[1] * hd, NT):
-                    out[rz, e // hd, e % hd] = float32(0.0)
     d0 = min(lane * LPV, hd - LPV)
     lv = lane * LPV < hd
     kidx = lane // LPK
@@ -603,89 +556,16 @@ def attn_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tb
             if QUANT:
                 a = a * float32(KFIX)
             acc_out[r, kvh * G + g, c, d] = a
-        if FUSE:
-            cuda.threadfence()  # this thread's partials reach L2 before the arrival below is counted
         cuda.syncthreads()
-        if FUSE:
-            if tid == 0:
-                s_flag[0] = cuda.atomic.add(ctr, (r, kvh), 1)
-            cuda.syncthreads()
-            if s_flag[0] == ns - 1:  # block-uniform: the last split of (r, kvh) to arrive merges the row's heads
-                if tid == 0:
-                    ctr[r, kvh] = 0
-                cuda.threadfence()  # acquire side: the other splits' partials are read after their arrivals
-                # attn_merge's steps for each head: thread tid holds split tid (its warp / lane as there); the
-                # partials are read from L2 (.cg), other blocks wrote them
-                for g in range(G):
-                    mc = float32(-math.inf)
-                    if tid < ns:
-                        mc = np.uint32(_ldcg1(m_out, r, kvh * G + g, tid)[0]).view(np.float32)
-                    mcs[g] = mc
-                    x = warp_max(mc)
-                    if lane == 0:
-                        wrg[g, warp] = x
-                cuda.syncthreads()
-                for g in range(G):
-                    M = wrg[g, 0]
-                    for ww in range(1, NWARP):
-                        M = max(M, wrg[g, ww])
-                    lc = float32(0.0)
-                    wt = float32(0.0)
-                    if tid < ns:
-                        lc = np.uint32(_ldcg1(l_out, r, kvh * G + g, tid)[0]).view(np.float32)
-                        wt = float32(math.exp(mcs[g] - M))
-                    ws[g, tid] = wt
-                    mcs[g] = warp_sum(wt * lc)
-                cuda.syncthreads()
-                if lane == 0:
-                    for g in range(G):
-                        wrg[g, warp] = mcs[g]
-                cuda.syncthreads()
-                nq = hd // 4
-                for e in range(tid, G * nq, NT):
-                    g = e // nq
-                    d = (e - g * nq) * 4
-                    h = kvh * G + g
-                    L = wrg[g, 0]
-                    for ww in range(1, NWARP):
-                        L += wrg[g, ww]
-                    o0 = float32(0.0)
-                    o1 = float32(0.0)
-                    o2 = float32(0.0)
-                    o3 = float32(0.0)
-                    for grp in range(MGRP):  # attn_merge's split groups, in its order (groups past ns add 0)
-                        if grp < ns:
-                            x0 = float32(0.0)
-                            x1 = float32(0.0)
-                            x2 = float32(0.0)
-                            x3 = float32(0.0)
-                            for k in range(MK):
-                                c2 = grp + MGRP * k
-                                if c2 < ns:
-                                    a4 = _ldcg4(acc_out, r, h, c2, d)
-                                    wc = ws[g, c2]
-                                    x0 = cuda.fma(wc, np.uint32(a4[0]).view(np.float32), x0)
-                                    x1 = cuda.fma(wc, np.uint32(a4[1]).view(np.float32), x1)
-                                    x2 = cuda.fma(wc, np.uint32(a4[2]).view(np.float32), x2)
-                                    x3 = cuda.fma(wc, np.uint32(a4[3]).view(np.float32), x3)
-                            o0 += x0
-                            o1 += x1
-                            o2 += x2
-                            o3 += x3
-                    out[r, h, d] = _gated(o0, L, use_gate, qg[r, h, hd + d])
-                    out[r, h, d + 1] = _gated(o1, L, use_gate, qg[r, h, hd + d + 1])
-                    out[r, h, d + 2] = _gated(o2, L, use_gate, qg[r, h, hd + d + 2])
-                    out[r, h, d + 3] = _gated(o3, L, use_gate, qg[r, h, hd + d + 3])
-                cuda.syncthreads()
 
 
-def _make_partials(fmt, g, fuse=False):
+def _make_partials(fmt, g):
     ld_, dec_, nw, _, quant = _FMT[fmt]
     kb = _kb(fmt, g)
     nstep = kb.bit_length() - 1
     consts = dict(G=g, KB=kb, LPK=32 // kb, NSTEP=nstep, NREST=5 - nstep, KBH=max(1, kb // 2), GL=g * LPV,
-                  KPI=NWARP * kb, NW=nw, GKB=g * kb, KBNW=kb * nw, QUANT=quant, FUSE=fuse, ld=ld_, dec=dec_)
-    return _kcache.variant(attn_partials, f"attn_{'fused' if fuse else 'partials'}_{fmt}_g{g}", **consts)
+                  KPI=NWARP * kb, NW=nw, GKB=g * kb, KBNW=kb * nw, QUANT=quant, ld=ld_, dec=dec_)
+    return _kcache.variant(attn_partials, f"attn_partials_{fmt}_g{g}", **consts)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -771,7 +651,14 @@ def attn_merge(m, l, acc, row_slot, nk, tmask, qg, use_gate, out):
         o = float32(0.0)
         for g in range(MGRP):
             o += red[g, tid]
-        out[r, h, dbase + tid] = _gated(o, L, use_gate, gt)
+        o = o / L
+        if use_gate != 0:
+            if gt >= float32(0.0):
+                o = o / (float32(1.0) + float32(math.exp(-gt)))
+            else:
+                e = float32(math.exp(gt))
+                o = o * e / (float32(1.0) + e)
+        out[r, h, dbase + tid] = o
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -785,8 +672,7 @@ _NPDT = {np.dtype(np.float32): "f32", np.dtype(np.uint16): "bf16", np.dtype(np.u
 def _sig_partials(t):
     c = f"{t}[:, :, :, ::1]"
     return (f"void(float32[:, :, ::1], {c}, {c}, float32[:, :, ::1], float32[:, :, ::1], int32[::1], int32[::1], "
-            f"int32[::1], int32[::1], float32, float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], "
-            f"float32[:, :, ::1], int32, float32[:, :, ::1], int32[:, ::1])")
+            f"int32[::1], int32[::1], float32, float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1])")
 
 
 SIG_MERGE = ("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], int32[::1], int32[::1], "
@@ -795,55 +681,28 @@ SIG_MERGE = ("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1]
 _PY: dict = {}
 
 
-def _partials_py(fmt, G, fuse=False):
-    key = (fmt, G, fuse)
+def _partials_py(fmt, G):
+    key = (fmt, G)
     if key not in _PY:
-        _PY[key] = _make_partials(fmt, G, fuse)
+        _PY[key] = _make_partials(fmt, G)
     return _PY[key]
 
 
 # the shipped models: G = 4 (2B, 9B) and 6 (27B); G = 2 for the small test shapes
-COMPILE_SPECS = [(_partials_py(f, g, fu), _sig_partials(_DT[f])) for f in ("bf16", "e4m3") for g in (2, 4, 6)
-                 for fu in (False, True)]
-COMPILE_SPECS += [(_partials_py("f32", 2, fu), _sig_partials("float32")) for fu in (False, True)]
-COMPILE_SPECS += [(attn_merge, SIG_MERGE)]
-HOT = {f"attn_{k}_{f}_g{g}" for k in ("partials", "fused") for f in ("bf16", "e4m3") for g in (4, 6)}
-HOT |= {"attn_merge"}
+COMPILE_SPECS = [(_partials_py(f, g), _sig_partials(_DT[f])) for f in ("bf16", "e4m3") for g in (2, 4, 6)]
+COMPILE_SPECS += [(_partials_py("f32", 2), _sig_partials("float32")), (attn_merge, SIG_MERGE)]
+HOT = {f"attn_partials_{f}_g{g}" for f in ("bf16", "e4m3") for g in (4, 6)} | {"attn_merge"}
 
 _KP: dict = {}
 k_merge = _kcache.kjit(attn_merge)
 _NBLK: list = []
-_DUMMY: list = []
 
 
-def _kernel(fmt, G, fuse=False):
-    key = (fmt, G, fuse)
+def _kernel(fmt, G):
+    key = (fmt, G)
     if key not in _KP:
-        _KP[key] = _kcache.kjit(_partials_py(fmt, G, fuse))
+        _KP[key] = _kcache.kjit(_partials_py(fmt, G))
     return _KP[key]
-
-
-def fused_on() -> bool:
-    """Whether :func:`launch` fuses the merge into the partials launch (``TENSORFOLD_ATTN_FUSED=1``; off by default
-    until the H200 says it is faster). Read at each launch; either way a row gets the same bits."""
-    v = os.environ.get("TENSORFOLD_ATTN_FUSED", "0").strip() or "0"
-    if v not in ("0", "1"):
-        raise ValueError(f"TENSORFOLD_ATTN_FUSED={v!r}: expected 0 or 1")
-    return v == "1"
-
-
-def new_counters(nKV: int):
-    """Arrival counters of the fused launch: int32 [MAXR, nKV], zero (each launch leaves them zero)."""
-    z = np.zeros((MAXR, nKV), np.int32)
-    return z if IS_SIM else cuda.to_device(z)
-
-
-def _dummies():
-    """Placeholders for the merge arguments a plain partials launch ignores."""
-    if not _DUMMY:
-        a, c = np.zeros((1, 1, 8), np.float32), np.zeros((1, 1), np.int32)
-        _DUMMY.extend((a, c) if IS_SIM else (cuda.to_device(a), cuda.to_device(c)))
-    return _DUMMY[0], _DUMMY[1]
 
 
 def _nblk() -> int:
@@ -858,51 +717,31 @@ def _nblk() -> int:
 
 
 def launch_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale, m, l, acc, *,
-                    nz=None, stream=0, merge=None):
+                    nz=None, stream=0):
     """nz: the most splits any row of this launch has (default NC = m.shape[2]); it only bounds the grid, every
-    row's splits are done whatever its value. ``merge`` = (qg, use_gate, out, ctr): the fused kernel, which also
-    does :func:`launch_merge`'s work (``ctr`` from :func:`new_counters`)."""
+    row's splits are done whatever its value."""
     R, nH, hd = q.shape
     nKV = k_cache.shape[2]
     G = nH // nKV
     assert G * nKV == nH and G <= MAXG and hd <= MAXHD and hd % LPV == 0
     cap = max(1, min(nz or m.shape[2], NSMAX))
-    kern = _kernel(_NPDT[np.dtype(k_cache.dtype)], G, merge is not None)
+    kern = _kernel(_NPDT[np.dtype(k_cache.dtype)], G)
     sc = np.float32(scale)
-    if merge is None:
-        f, c = _dummies()
-        qg, ug, out, ctr = f, 0, f, c
-    else:
-        qg, ug, out, ctr = merge
-        if ctr.shape[0] < min(R, MAXR) or ctr.shape[1] < nKV or out.shape != q.shape:
-            raise ValueError(f"attention: the fused merge needs ctr [>= {min(R, MAXR)}, >= {nKV}] (got "
-                             f"{tuple(ctr.shape)}) and out shaped like q {tuple(q.shape)} (got {tuple(out.shape)})")
     for r0 in range(0, R, MAXR):
         r1 = min(R, r0 + MAXR)
-        part = r0 > 0 or r1 < R  # a piece of the rows: views (none for the usual single launch)
-        rows = [a[r0:r1] if part else a for a in (q, row_slot, nk, tmask, tbase, m, l, acc)]
-        qgr, outr = (qg[r0:r1], out[r0:r1]) if part and merge is not None else (qg, out)
+        if r0 == 0 and r1 == R:
+            args = (q, row_slot, nk, tmask, tbase, m, l, acc)
+        else:
+            args = (q[r0:r1], row_slot[r0:r1], nk[r0:r1], tmask[r0:r1], tbase[r0:r1], m[r0:r1], l[r0:r1],
+                    acc[r0:r1])
         nb = max(1, min((r1 - r0) * nKV * cap, _nblk()))
-        kern[nb, NT, stream](rows[0], k_cache, v_cache, k_scale, v_scale, rows[1], rows[2], rows[3], rows[4], sc,
-                             rows[5], rows[6], rows[7], qgr, np.int32(ug), outr, ctr)
+        kern[nb, NT, stream](args[0], k_cache, v_cache, k_scale, v_scale, args[1], args[2], args[3], args[4], sc,
+                             args[5], args[6], args[7])
 
 
 def launch_merge(m, l, acc, row_slot, nk, tmask, qg, use_gate, out, *, stream=0):
     R, nH, hd = out.shape
     k_merge[(R, nH, (hd + MQ - 1) // MQ), NTM, stream](m, l, acc, row_slot, nk, tmask, qg, np.int32(use_gate), out)
-
-
-def launch(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale, m, l, acc, qg, use_gate, out,
-           ctr, *, nz=None, stream=0, fused=None):
-    """Attention of R rows into ``out``: the partials and the merge, as two launches or (``fused``, default
-    :func:`fused_on`) as one; the same bits either way."""
-    if fused if fused is not None else fused_on():
-        launch_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale, m, l, acc, nz=nz,
-                        stream=stream, merge=(qg, use_gate, out, ctr))
-        return
-    launch_partials(q, k_cache, v_cache, k_scale, v_scale, row_slot, nk, tmask, tbase, scale, m, l, acc, nz=nz,
-                    stream=stream)
-    launch_merge(m, l, acc, row_slot, nk, tmask, qg, use_gate, out, stream=stream)
 
 
 def partial_buffers(R, nH, hd, ctx):

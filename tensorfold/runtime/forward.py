@@ -496,7 +496,6 @@ class Buffers:
         self.nc = attention.max_chunks(ctx)
         self.m, self.l = d((att_rows, nH, self.nc), f), d((att_rows, nH, self.nc), f)
         self.acc = d((att_rows, nH, self.nc, hd), f)
-        self.actr = attention.new_counters(nKV)  # the fused attention merge's arrival counters (zero between launches)
         # split-K workspace: the largest ks * GEMV_ROWS * out over the GEMV linears
         ws = 16
         for ent in arena._lin.values():
@@ -532,7 +531,7 @@ class Buffers:
         kin = max(H, I, nH * hd, Hv * Dv)  # widest GEMM input (bound for Buffers.gemm_ws)
         gws = (-(-rows // gemm.RPAD) * gemm.RPAD) * (kin + kin // 64) if prompt_rows else 0
         return 4 * (rows * per_row + out_rows * (H + c.vocab_size + 1) + log_rows * log + att_rows * att
-                    + prompt_rows * chunk + gws + H + attention.MAXR * nKV)
+                    + prompt_rows * chunk + gws + H)
 
 
 # ------------------------------------------------------------------------------------------------ runner
@@ -868,8 +867,9 @@ class Runner:
             sl = slice(r0, r0 + n)
             rs = m.view("row_slot", R)[sl]
             nk, tm, tb = m.view("nk", R)[sl], m.view("tmask", R)[sl], m.view("tbase", R)[sl]
-            attention.launch(B.q[sl], cc.k[fl], cc.v[fl], ks, vs, rs, nk, tm, tb, self.scale, B.m[:n], B.l[:n],
-                             B.acc[:n], qg[sl], 1, B.att[sl], B.actr, nz=nz, stream=stream)
+            attention.launch_partials(B.q[sl], cc.k[fl], cc.v[fl], ks, vs, rs, nk, tm, tb, self.scale,
+                                      B.m[:n], B.l[:n], B.acc[:n], nz=nz, stream=stream)
+            attention.launch_merge(B.m[:n], B.l[:n], B.acc[:n], rs, nk, tm, qg[sl], 1, B.att[sl], stream=stream)
         self._linear(pre + "o_proj", B.att.reshape((B.rows, nH * hd)), B.d, R, prompt, stream, defer=True)
 
     # ---------------------------------------------------------------------------------------------- forward
