@@ -1145,16 +1145,17 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
 
 
 def tc_l2(out: int, inp: int) -> bool:
-    """``TENSORFOLD_TC_L2`` (read at each launch, like the other kernel switches): whether the first tensor-core kernel of an ``out x inp``
-    weight prefetches its whole share into L2 before the PDL wait (``_gen_tc_source(l2=True)``). ``0`` (default)
-    never, ``1`` every shape, ``sq`` square weights only (the GDN out_proj and attention o_proj at 2B / 9B, which
-    run behind the GDN step and the attention merge). A function of the shape only; the same bits either way.
+    """``TENSORFOLD_TC_L2`` (read at each launch, like the other kernel switches): whether the first tensor-core
+    kernel of an ``out x inp`` weight prefetches its whole share into L2 before the PDL wait
+    (``_gen_tc_source(l2=True)``). ``0`` (default) never, ``1`` every shape, ``sq`` square weights only (the GDN
+    out_proj and attention o_proj at 2B / 9B, which run behind the GDN step and the attention merge). A function of
+    the shape only; the same bits either way.
 
     Measured in session 39 (H100, one process, two rounds, tok/s at 1 / 8 streams, against 0): 9B sq 353.1 / 352.9
     and 1,954.8 / 1,958.5 vs 352.0 / 352.3 and 1,933.4 / 1,931.9 (+0.2 % / +1.2 %); 2B sq 757.5 / 757.9 vs 759.4 /
-    765.9 (-0.6 to -1 %), 2B all 747.2 / 755.6 (-1.3 to -1.6 %). The timeline says why: the 9B out_proj's exposed
-    time fell 10.5 -> 8.8 us, but the GDN step it runs beside grew about 1 us (its loads share the memory system
-    with the prefetch), and 8.8 us after the wait is x preparation, the 8-warp reduction and the store, not the
+    765.9 (-0.3 to -1 %), 2B all 747.2 / 755.6 (-1.3 to -1.6 %). The timeline says why: the 9B out_proj's exposed
+    time fell 10.5 -> 8.6-9.0 us, but the GDN step it runs beside grew about 1 us (its loads share the memory system
+    with the prefetch), and about 9 us after the wait is x preparation, the 8-warp reduction and the store, not the
     weights' latency. Off by default."""
     v = env_choice("TENSORFOLD_TC_L2", "0", ("0", "1", "sq"), "first tensor-core kernel's L2 prefetch")
     return v == "1" or (v == "sq" and out == inp)
