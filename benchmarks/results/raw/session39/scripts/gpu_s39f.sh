@@ -8,9 +8,9 @@
 . benchmarks/_dec.sh
 out_dir s39f
 t0=$SECONDS
-ptest ahead 280 tests/runtime/test_gpu_ahead.py tests/engine/test_backend_parity_gpu.py -s &
-ptest graphs 280 tests/runtime/test_gpu_graphs.py -s &
-ptest attn 280 tests/kernels/test_gpu_attention.py -s &
+ptest ahead 210 tests/runtime/test_gpu_ahead.py tests/engine/test_backend_parity_gpu.py -s &
+ptest graphs 210 tests/runtime/test_gpu_graphs.py -s &
+ptest attn 210 tests/kernels/test_gpu_attention.py -s &
 [ "${FUSE:-0}" = 1 ] && ptest fuse 280 tests/kernels/test_gpu_norm_fuse.py -s &
 wait
 pack
