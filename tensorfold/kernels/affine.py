@@ -519,6 +519,20 @@ if not IS_SIM:
     _ldf_f32x4 = _make_flat_vec(4, "f32", _types.float32)
 
     @_intrinsic
+    def _ldf_h8(typingctx, arr, off):
+        """Eight 16-bit elements ``arr.flat[off : off + 8]`` (16-byte aligned) as four words, element ``2 k`` in
+        word ``k``'s low half: one ``ld.global.nc.v4.u32`` (scales and biases are weights)."""
+        if not (isinstance(arr, _types.Array) and getattr(arr.dtype, "bitwidth", 0) == 16 and isinstance(off, _types.Integer)):
+            return None
+        sig = _types.UniTuple(_types.uint32, 4)(arr, off)
+
+        def codegen(context, builder, sig, args):
+            ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            return context.make_tuple(builder, sig.return_type, _vec_load(builder, ptr, 4, "u32"))
+
+        return sig, codegen
+
+    @_intrinsic
     def _ldf(typingctx, arr, off):
         """``arr.flat[off]`` of a C-contiguous array by element offset (no index arithmetic per dimension)."""
         if not (isinstance(arr, _types.Array) and isinstance(off, _types.Integer)):
@@ -556,6 +570,13 @@ else:
     def _ldf_f32x4(arr, off):
         r, c = _flat_at(arr, off)
         return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
+
+    @cuda.jit(device=True)
+    def _ldf_h8(arr, off):
+        r, c = _flat_at(arr, off)
+        assert off % 8 == 0 and c + 8 <= arr.shape[1], "_ldf_h8: not eight aligned elements of one row"
+        return tuple(np.uint32(np.uint32(arr[r, c + 2 * k]) | (np.uint32(arr[r, c + 2 * k + 1]) << np.uint32(16)))
+                     for k in range(4))
 
     def _sim_tid2():
         return cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
@@ -687,7 +708,8 @@ def _tc_sb_f(S, B, off):
 
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
-                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False) -> str:
+                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False,
+                   whole: int = 0) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -716,8 +738,17 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     ``l2``: before the wait, each warp asks L2 for its whole share of W, S and B (``prefetch.global.L2``, a 128-byte
     line at a time, the 4 lanes of a row taking every fourth line; no registers, no response to the SM). Under PDL
     the previous kernel's run is the window: a GEMV behind a kernel that moves little memory (the GDN step, the
-    attention merge) then streams its weights from L2 after the wait. Load order only: the same bits."""
+    attention merge) then streams its weights from L2 after the wait. Load order only: the same bits.
+
+    ``whole`` (one row, the pipelined form, every warp exactly ``u`` groups: :func:`tc_whole` checks): the warp's
+    whole share in registers before the wait (weights as the pipelined form's first iteration, scales and biases
+    too: ``whole`` = 8, eight bf16 a 16-byte load; 1, one load a value); after the wait the block copies its K range
+    of x into shared memory (one L2 round trip for all of it, instead of one an iteration) and the warps run their
+    ``u`` groups as one straight block, no loop, no multiply by the in-range flag. The same operations in the same
+    order as the pipelined kernel with ``u`` groups an iteration: the same bits as the plan's kernel."""
     assert depth >= 1 and (pipe or depth == 1)
+    assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
+                         and u % whole == 0)
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
@@ -811,17 +842,51 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 a("        for ln in range(t, nls + 1, 4):")
                 a(f"            pf_l2(S, min(ps0 + ln * {sel}, psl))")
                 a(f"            pf_l2(B, min(ps0 + ln * {sel}, psl))")
+    if whole:  # the warp's scales and biases too (rows ra / rb, groups wb .. wb + u - 1)
+        for m in range(mt):
+            for h in ("a", "b"):
+                for arr, pre in (("S", "sv"), ("B", "bv")):
+                    if whole == 8:
+                        for q in range(u // 8):
+                            a(f"    " + ", ".join(f"{pre}{h}{m}_{q}_{e}" for e in range(4))
+                              + f" = _ldf_h8({arr}, so{h}{m} + wb + {8 * q})")
+                    else:
+                        for uu in range(u):
+                            a(f"    {pre}{h}{m}_{uu} = _ldf({arr}, so{h}{m} + wb + {uu})")
     # weights are never written by a kernel: the first iteration's loads above run before the wait, overlapping the
     # previous kernel's tail under PDL; x, y and the workspace are touched only after it
     a("    pdl_wait()")
     if nrm:
         L.extend(norms.fused_norm_lines("    ", nrm, nw * 32, f"gb * {group}", f"ge * {group}"))
-    a("    for it in range(nit):")
-    I = "        "
-    a(f"{I}G0 = wb + it * {u}")
-    for uu in range(u):
-        a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
-    if pipe:
+    if whole:  # the block's K range of x (row xr0) into shared memory: every load issued, then every store
+        kb = u * nw * group
+        nst = -(-kb // (4 * nw * 32))
+        al = "" if IS_SIM else ", alignment=16"
+        a(f"    xs = cuda.shared.array({kb}, np.float32{al})")
+        a(f"    xk0 = gb * {group}")
+        a(f"    xb0 = xr0 * xpitch + xk0")
+        for j in range(nst):
+            a(f"    xe{j} = (tid + {j * nw * 32}) * 4")
+            a(f"    xe{j}c = xe{j} if xe{j} < {kb} else 0")
+            a(f"    xv{j}_0, xv{j}_1, xv{j}_2, xv{j}_3 = _ldf_f32x4(x, xb0 + xe{j}c)")
+        for j in range(nst):
+            a(f"    if xe{j} < {kb}:")
+            for e in range(4):
+                a(f"        xs[xe{j} + {e}] = xv{j}_{e}")
+        a("    cuda.syncthreads()")
+        I = "    "
+        a(f"{I}G0 = wb")
+        for uu in range(u):
+            a(f"{I}Gc{uu} = G0 + {uu}")
+    else:
+        a("    for it in range(nit):")
+        I = "        "
+        a(f"{I}G0 = wb + it * {u}")
+        for uu in range(u):
+            a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
+    if whole:
+        pass  # every word already loaded
+    elif pipe:
         loads(I, f"p{depth}_", f"G0 + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
     else:
         loads(I, "w", "G0")
@@ -832,14 +897,26 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
             if nrm:  # one row, x made by the prologue in shared memory (by column)
                 a(f"{I}p, {bnames.format(n=n)} = _tcxs(nf_xs, col + t * {cl})")
+            elif whole:  # one row, the block's K range staged above
+                a(f"{I}p, {bnames.format(n=n)} = _tcxs(xs, col - xk0 + t * {cl})")
             else:
                 a(f"{I}p, {bnames.format(n=n)} = _tcx(x, xo{n} + col)")
             a(f"{I}p = _quad_sum(p)")
             a(f"{I}sxa{n}, sxb{n} = _shfl2(p, sa_lane, sb_lane)")
         for m in range(mt):
             sbf = "_tc_sb_bf16" if sk == "bf16" else "_tc_sb_f"
-            a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{uu})")
-            a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{uu})")
+            if whole == 8:  # bf16 pairs of the preloaded words: group uu is half uu % 2 of word (uu % 8) // 2
+                cv = "bf16_to_f32" if uu % 2 == 0 else "_bf_hi"
+                for h in ("a", "b"):
+                    w_ = f"{m}_{uu // 8}_{(uu % 8) // 2}"
+                    a(f"{I}s{h}, b{h} = {cv}(sv{h}{w_}), {cv}(bv{h}{w_})")
+            elif whole:
+                cv = "bf16_to_f32" if sk == "bf16" else "np.float32"
+                for h in ("a", "b"):
+                    a(f"{I}s{h}, b{h} = {cv}(sv{h}{m}_{uu}), {cv}(bv{h}{m}_{uu})")
+            else:
+                a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{uu})")
+                a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{uu})")
             zeros = "np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)"
             for n in range(nt):
                 a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + f" = {zeros}")
@@ -866,8 +943,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                         a(f"{I}{dd} = _tc_mma2({A4}, bh{n}_{s_}_0, bh{n}_{s_}_1, bl{n}_{s_}_0, bl{n}_{s_}_1, {dd})")
             if pipe:
                 # a group past the warp's range (re-read data) counts 0 times: a select and 4 multiplies, no branch
-                a(f"{I}vf = np.float32(1.0) if G0 + {uu} < we else np.float32(0.0)")
-                a(f"{I}sa, ba, sb, bb = sa * vf, ba * vf, sb * vf, bb * vf")
+                # (the whole-share form has none: x 1.0 is exact, so dropping it keeps the bits)
+                if not whole:
+                    a(f"{I}vf = np.float32(1.0) if G0 + {uu} < we else np.float32(0.0)")
+                    a(f"{I}sa, ba, sb, bb = sa * vf, ba * vf, sb * vf, bb * vf")
                 for n in range(nt):
                     cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
                     dd = ", ".join(f"d{n}_{i} + e{n}_{i}" for i in range(4))
@@ -878,7 +957,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
                     dd = ", ".join(f"d{n}_{i}" for i in range(4))
                     a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
-    if pipe:
+    if pipe and not whole:
         ring = ["w"] + [f"p{k}_" for k in range(1, depth + 1)]
         for dst, src in zip(ring[:-1], ring[1:]):
             for uu in range(u):
@@ -937,10 +1016,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False):
-    glu, l2 = bool(glu), bool(l2)
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0):
+    glu, l2, whole = bool(glu), bool(l2), int(whole)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -951,6 +1030,8 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += f"_nf{nrm[0]}x{nrm[1]}"
         if l2:
             name += "_l2"
+        if whole:
+            name += f"_wh{whole}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
@@ -959,19 +1040,23 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             extra["pf_l2"] = _qgemv3.pf_l2
         if nrm:
             extra.update(norms.fused_glb())
-        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2),
-                              extra)
+        if whole:
+            extra.update(_ldf_h8=_ldf_h8, _bf_hi=_qgemv3._bf_hi, bf16_to_f32=bf16_to_f32)
+        _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2,
+                                                   whole), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False):
-    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2))
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0):
+    key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
+           int(whole))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2), **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole),
+                                   **kw)
     return _KCACHE[key]
 
 
@@ -1161,6 +1246,39 @@ def tc_l2(out: int, inp: int) -> bool:
     return v == "1" or (v == "sq" and out == inp)
 
 
+WHOLE_MAX_U = 8  # groups a warp at most in the whole-share form (64 weight words a lane at 4-bit g64, mt 2)
+
+
+def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
+    """``TENSORFOLD_TC_WHOLE`` (read at each launch): the first tensor-core kernel's whole-share form
+    (``_gen_tc_source(whole=...)``) for this launch, as its ``whole`` argument (0: the plan's kernel). ``0``
+    (default) never, ``1`` every launch it fits, ``sq`` square weights only (the 2B / 9B GDN out_proj and attention
+    o_proj, behind the GDN step and the attention merge). It fits a one-row launch of a pipelined plan
+    (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all own the same number of groups, at
+    most ``WHOLE_MAX_U``. The value: 8 (scales and biases eight a 16-byte load) for bf16 scales whose rows and
+    arrays allow it, else 1. The same bits as the plan's kernel, so the choice may follow the row count."""
+    v = env_choice("TENSORFOLD_TC_WHOLE", "0", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
+    if v == "0" or (v == "sq" and plan.out != plan.inp):
+        return 0
+    if not (plan.tc and plan.pipe and plan.depth == 1 and R == 1 and nt == 1 and not glu and nrm is None):
+        return 0
+    ng = plan.inp // plan.group
+    nw = plan.tpb // 32
+    if ng % (plan.ks * nw):
+        return 0
+    pw = ng // (plan.ks * nw)
+    if not 1 <= pw <= WHOLE_MAX_U:
+        return 0
+    if _scale_kind(S) == "bf16" and pw % 8 == 0 and S.shape[1] % 8 == 0 and B.shape == S.shape and (
+            IS_SIM or all(_dev_ptr(a) % 16 == 0 for a in (S, B))):
+        return 8
+    return 1
+
+
+def _dev_ptr(a) -> int:
+    return int(a.__cuda_array_interface__["data"][0])
+
+
 def _v3_enabled(out: int, inp: int) -> bool:
     """Whether ``qgemv``'s persistent kernel takes this weight shape. ``TENSORFOLD_GEMV_V3``: ``auto`` (default)
     for weights of at least ``V3_MIN_CODES`` codes, ``1`` for every shape it supports, ``0`` never. A function of
@@ -1295,8 +1413,14 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     nrm, nargs = norms.fused_args(norm, x, R)
     if plan.tc:
         nt = 1 if R <= 8 else 2
-        k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe, plan.depth,
-                          glu, nrm, tc_l2(out, inp))
+        wh = tc_whole(plan, R, nt, glu, nrm, S, B)
+        if wh:
+            nw = plan.tpb // 32
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, inp // group // (plan.ks * nw), _scale_kind(S), True, 1,
+                              whole=wh)
+        else:
+            k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe,
+                              plan.depth, glu, nrm, tc_l2(out, inp))
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1508,6 +1632,14 @@ def _specs():
     for out in (2048, 4096):
         p = plan_tc(out, out, 4, 64)
         f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
+    # the whole-share form (TENSORFOLD_TC_WHOLE) at the square plans: 9B 4096 x 4096 (pipe2, 8 groups a warp,
+    # scales eight a load) and 2B 2048 x 2048 (w16, 2 groups a warp, scalar scale loads), one row (hot)
+    for out in (2048, 4096):
+        p = plan_tc(out, out, 4, 64)
+        pw = out // 64 // (p.tpb // 32 * p.ks)
+        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1)
         specs.append((f, _Q))
         hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles

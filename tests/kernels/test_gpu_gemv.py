@@ -217,3 +217,29 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), label
     ref, bound = _ref(_xin(x, dev.plan), P, S, B, 4, 64)
     _check(got["sq"][0], ref, bound)
+
+
+@pytest.mark.parametrize("label,out", [("2B out_proj", 2048), ("9B out_proj", 4096)])
+def test_tc_whole_same_bits(label, out, monkeypatch):
+    """``TENSORFOLD_TC_WHOLE`` (the warp's whole share in registers before the PDL wait, x staged in shared memory)
+    at the square shapes it is for: one row gives the same bits as the plan's kernel (the 9B plan takes the
+    16-byte scale loads, the 2B one the scalar ones), and matches the reference; eight rows keep the plan's
+    kernel and their row 3 equals that row alone."""
+    cuda = _cuda()
+    P, S, B = _rand_q(out, out, 4, 64)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
+    dev = _Dev(cuda, P, S, B, 4, 64)
+    assert dev.plan.tc and dev.plan.pipe, dev.plan
+    from tensorfold.kernels import affine as A
+
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")
+    assert A.tc_whole(dev.plan, 1, 1, False, None, dev.d[1], dev.d[2]) == (8 if out == 4096 else 1)
+    x = rng.standard_normal((8, out)).astype(np.float32)
+    got = {}
+    for v in ("0", "sq"):
+        monkeypatch.setenv("TENSORFOLD_TC_WHOLE", v)
+        got[v] = (dev(x[3:4]), dev(x))
+    assert np.array_equal(got["0"][0].view(np.uint32), got["sq"][0].view(np.uint32)), label
+    assert np.array_equal(got["sq"][1][3:4].view(np.uint32), got["sq"][0].view(np.uint32)), label
+    ref, bound = _ref(_xin(x[3:4], dev.plan), P, S, B, 4, 64)
+    _check(got["sq"][0], ref, bound)

@@ -350,3 +350,77 @@ def test_tc_l2_prefetch_same_bits(case, monkeypatch):
     monkeypatch.setenv("TENSORFOLD_TC_L2", "2")
     with pytest.raises(ValueError, match="TENSORFOLD_TC_L2"):
         A.tc_l2(2048, 2048)
+
+
+# ------------------------------------------------------------------------- whole share before the wait (whole)
+
+
+@pytest.mark.parametrize("case", ["vec8", "f32_ks2", "bf16_scalar"])
+def test_tc_whole_same_bits(case, monkeypatch):
+    """``whole`` (the warp's weights, scales and biases loaded before the PDL wait, x staged in shared memory, one
+    straight block of ``u`` groups): the same bits as the plan's pipelined kernel for one row, against the float64
+    reference too. Cases: bf16 scales eight a 16-byte load (``whole`` 8; partial last row tile, a second block),
+    float32 scales with split-K (``whole`` 1), bf16 scales whose warps own 2 groups (scalar loads). Launches the form
+    does not fit (two rows, uneven warp ranges) keep the plan's kernel."""
+    bits, group = 4, 32
+    nw, ks, pw, kw = {"vec8": (2, 1, 8, {}), "f32_ks2": (2, 2, 2, {"scale_dtype": "f32"}),
+                      "bf16_scalar": (4, 1, 2, {})}[case]
+    K = pw * nw * ks * group
+    out = 40  # 32-row blocks: the second one partial
+    P, S, B = _q(out, K, bits, group, **kw)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    plan = A.GemvPlan(out, K, bits, group, 32 * nw, ks, True, 2, 2, True, 1, "pipe2")
+    seen = []  # the whole argument of every kernel lookup
+    lookup = A.get_tc_kernel
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("whole", 0)) or lookup(*a, **k))
+
+    def run(rows):
+        ws = np.full((ks, rows, out), np.nan, np.float32) if ks > 1 else None
+        y = np.full((rows, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x[:rows], y, bits, group, plan, ws=ws)
+        assert not np.isnan(y).any()
+        return y
+
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
+    base = run(1)
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
+    y1 = run(1)
+    want = 8 if case == "vec8" else 1
+    assert seen == [0, want], seen
+    assert np.array_equal(base.view(np.uint32), y1.view(np.uint32))
+    ref, bound = _ref(x[:1], P, S, B, bits, group)
+    _check(y1, ref, bound, tol=1e-5)
+    seen.clear()
+    y2 = run(2)  # two rows: the plan's kernel; row 0 the same bits as alone
+    assert seen == [0]
+    assert np.array_equal(y2[:1].view(np.uint32), y1.view(np.uint32))
+
+
+def test_tc_whole_switch(monkeypatch):
+    """``TENSORFOLD_TC_WHOLE``: 0 / 1 / sq (square weights only), and which launches the form fits."""
+    def plan(out, K, tpb=64, pipe=True):
+        return A.GemvPlan(out, K, 4, 64, tpb, 1, True, 2, 2, pipe, 1, "pipe2" if pipe else "default")
+
+    def sb(out, K):
+        return np.zeros((out, K // 64), np.uint16)
+
+    sq, wide = plan(1024, 1024), plan(2048, 1024)  # 16 groups over 2 warps: 8 a warp
+    for v, want_sq, want_wide in (("0", 0, 0), ("1", 8, 8), ("sq", 8, 0)):
+        monkeypatch.setenv("TENSORFOLD_TC_WHOLE", v)
+        assert A.tc_whole(sq, 1, 1, False, None, sb(1024, 1024), sb(1024, 1024)) == want_sq
+        assert A.tc_whole(wide, 1, 1, False, None, sb(2048, 1024), sb(2048, 1024)) == want_wide
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
+    S = sb(1024, 1024)
+    assert A.tc_whole(sq, 2, 1, False, None, S, S) == 0  # two rows
+    assert A.tc_whole(sq, 1, 1, True, None, S, S) == 0  # SwiGLU epilogue
+    assert A.tc_whole(plan(1024, 1024, pipe=False), 1, 1, False, None, S, S) == 0  # not pipelined
+    assert A.tc_whole(plan(1024, 1024, tpb=96), 1, 1, False, None, S, S) == 0  # 16 groups over 3 warps
+    S2 = sb(64, 2048)
+    assert A.tc_whole(plan(64, 2048), 1, 1, False, None, S2, S2) == 0  # 16 groups a warp: past WHOLE_MAX_U
+    S4 = sb(64, 512)
+    assert A.tc_whole(plan(64, 512), 1, 1, False, None, S4, S4) == 1  # 4 groups a warp: scalar loads
+    F = S.astype(np.float32)
+    assert A.tc_whole(sq, 1, 1, False, None, F, F) == 1  # float32 scales
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "2")
+    with pytest.raises(ValueError, match="TENSORFOLD_TC_WHOLE"):
+        A.tc_whole(sq, 1, 1, False, None, S, S)
