@@ -14,6 +14,7 @@ bits), each at one row.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -107,6 +108,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="4096x4096,2048x2048", help="OUTxIN list")
     ap.add_argument("--whole", action="store_true", help="the whole-share form too")
+    ap.add_argument("--forms", default="", help='more geometries of the plan\'s variant, "mt,warps[,w]" ";"-separated '
+                    '(w: 1 for their whole-share form), e.g. "2,16,1;1,8,1"')
     ap.add_argument("--n", type=int, default=24, help="launches in a graph")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
@@ -135,10 +138,20 @@ def main(argv=None):
         if args.whole:  # the value tc_whole gives these bf16 arrays
             pw = inp // 64 // (plan.ks * (plan.tpb // 32))
             forms.append(("whole", 8 if pw % 8 == 0 else 1))
+        plans = {"plan": plan, "whole": plan}
+        for f in [f for f in args.forms.split(";") if f]:
+            mt, nw, *w = (int(v) for v in f.split(","))
+            p2 = dataclasses.replace(plan, mt=mt, tpb=32 * nw)
+            pw = inp // 64 // (p2.ks * nw)
+            name = f"mt{mt} nw{nw}" + (" whole" if w and w[0] else "")
+            plans[name] = p2
+            forms.append((name, (8 if pw % 8 == 0 else 1) if w and w[0] else 0))
         ys = {}
         for form, whole in forms:
+            plan = plans[form]
             k, u = build(plan, whole)
             y = cuda.device_array((plan.ks, 1, out), dtype="float32")
+            res.setdefault("geometry", {})[form] = f"mt {plan.mt} nw {plan.tpb // 32} ks {plan.ks} u {u}"
             gx = -(-out // (16 * plan.mt))
             nwarps = gx * plan.ks * (plan.tpb // 32)
             tls = cuda.to_device(np.zeros((args.n, nwarps, NSTAMP), np.int64))
@@ -171,9 +184,15 @@ def main(argv=None):
             res[form] = r
             print(json.dumps({spec: {form: r}}, indent=1), flush=True)
             del tls
-        if len(ys) == 2:  # the first launch used weights 0 in both forms: the same bits
+        plan = plans["plan"]
+        if "whole" in ys:  # the first launch used weights 0 in both forms: the same bits
             res["same bits"] = bool(np.array_equal(ys["plan"].view(np.uint32), ys["whole"].view(np.uint32)))
             print(f"{spec}: same bits {res['same bits']}", flush=True)
+        for nm in [n for n in ys if n.endswith(" whole")]:  # a geometry's whole form against its plain form
+            if nm[:-6] in ys:
+                same = bool(np.array_equal(ys[nm[:-6]].view(np.uint32), ys[nm].view(np.uint32)))
+                res[f"same bits {nm}"] = same
+                print(f"{spec}: {nm} same bits as its plain form {same}", flush=True)
         report["shapes"][spec] = res
         del mats
     os.makedirs(args.out, exist_ok=True)

@@ -1226,7 +1226,30 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     ks = 1
     while nbx * ks < v["ks_blocks"] and nbx * nw * ks * 2 <= res and ng // (nw * ks * 2) >= u:
         ks *= 2
+    geo = _tc_geo_override(out, inp)
+    if geo:  # measurements: another tile count / warps a block at this shape (split-K off)
+        mt, nw = geo
+        ks = 1
     return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
+
+
+def _tc_geo_override(out: int, inp: int):
+    """``TENSORFOLD_TC_GEO="OUTxIN=MT,NW;..."`` (measurements only): the first kernel's plan at that shape takes
+    ``MT`` 16-row tiles a warp and ``NW`` warps a block, no split-K, for every row count (a shape rule, so a row's
+    bits still do not depend on the row count). None when the shape is not listed."""
+    v = os.environ.get("TENSORFOLD_TC_GEO", "").strip()
+    for item in [t for t in v.split(";") if t.strip()]:
+        try:
+            shape, geo = item.split("=")
+            o, i = (int(t) for t in shape.lower().split("x"))
+            mt, nw = (int(t) for t in geo.split(","))
+        except ValueError:
+            raise ValueError(f"TENSORFOLD_TC_GEO={v!r}: want OUTxIN=MT,NW items separated by ';'") from None
+        if mt not in (1, 2) or nw not in (1, 2, 4, 8, 16):
+            raise ValueError(f"TENSORFOLD_TC_GEO: {item!r}: MT 1 or 2, NW a power of two up to 16")
+        if (o, i) == (out, inp):
+            return mt, nw
+    return None
 
 
 def tc_l2(out: int, inp: int) -> bool:
