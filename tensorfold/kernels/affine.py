@@ -1274,13 +1274,21 @@ WHOLE_MAX_U = 8  # groups a warp at most in the whole-share form (64 weight word
 
 def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     """``TENSORFOLD_TC_WHOLE`` (read at each launch): the first tensor-core kernel's whole-share form
-    (``_gen_tc_source(whole=...)``) for this launch, as its ``whole`` argument (0: the plan's kernel). ``0``
-    (default) never, ``1`` every launch it fits, ``sq`` square weights only (the 2B / 9B GDN out_proj and attention
-    o_proj, behind the GDN step and the attention merge). It fits a one-row launch of a pipelined plan
+    (``_gen_tc_source(whole=...)``) for this launch, as its ``whole`` argument (0: the plan's kernel). ``0`` never,
+    ``1`` every launch it fits, ``sq`` (the default) square weights only (the 2B / 9B GDN out_proj and attention
+    o_proj, behind the GDN step and the attention merge); where it applies, ``TENSORFOLD_TC_L2`` does not. It fits a
+    one-row launch of a pipelined plan
     (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all own the same number of groups, at
     most ``WHOLE_MAX_U``. The value: 8 (scales and biases eight a 16-byte load) for bf16 scales whose rows and
-    arrays allow it, else 1. The same bits as the plan's kernel, so the choice may follow the row count."""
-    v = env_choice("TENSORFOLD_TC_WHOLE", "0", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
+    arrays allow it, else 1. The same bits as the plan's kernel, so the choice may follow the row count.
+
+    Measured in session 40 (H100, ``benchmarks/tc_timeline.py`` and ``bench_decode --ab-env``): the 9B 4096 x 4096
+    launch under PDL 10.2 -> 9.8 us, the 2B 2048 x 2048 4.5 -> 4.4 us; decode, one stream, two rounds, 0 -> sq: 9B
+    353.6 / 353.3 -> 354.6 / 354.2 tok/s (+0.3 %), 2B 762.2 / 760.4 -> 763.0 / 766.8 (+0.1 / +0.8 %). Its timeline:
+    the x copy waits about 3 us behind the weights issued before the wait, and the arithmetic of 8 groups a warp
+    (8 warps an SM) then takes 3.3 us on its own; the form gains little because the kernel is bound by those, not
+    by the loads' latency."""
+    v = env_choice("TENSORFOLD_TC_WHOLE", "sq", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
     if v == "0" or (v == "sq" and plan.out != plan.inp):
         return 0
     if not (plan.tc and plan.pipe and plan.depth == 1 and R == 1 and nt == 1 and not glu and nrm is None):

@@ -32,16 +32,16 @@ alone 1.0 ms -> 0.13 ms per step at 1 stream.
 
 Pipelined steps (optional, ``launch_step`` / ``wait_step``): step k + 1 is enqueued, its ids chained from step
 k's on the device, before the host reads step k's ids; two pinned id buffers and events keep the host from
-rewriting a staging buffer a copy still reads. The chain is two device-to-device copies on the stream between the
-graphs (step k's ids kept aside after it, then copied into step k + 1's metadata), the default.
-``TENSORFOLD_CHAIN_GRAPH=1`` (read when the graphs are made or dropped) puts the chain inside the graphs: every step
+rewriting a staging buffer a copy still reads. The chain runs inside the graphs (the default since session 40;
+``TENSORFOLD_CHAIN_GRAPH``, read when the graphs are made or dropped): every step
 graph ends with ``sample.keep_ids_k``, which writes the drawn ids into the bucket metadata's ids, and a chained step's
 metadata copy starts after the ids (``Meta.write_step(keep_ids=True)``). No copy is left between the graphs but the
 metadata's and the ids' way back to the host; the graph gains one small kernel. Timed in session 39 (H100,
 ``bench_decode --timeline``): the two copies cost about 7 µs a step (2.5 µs of copies, 4.9 µs of idle GPU before
 them); 2B one stream 755.2 / 758.5 -> 761.3 / 760.1 tok/s (0 -> 1, same process), 9B and eight streams a tie.
-It stays off until its GPU test (``tests/runtime/test_gpu_ahead.py`` under ``TENSORFOLD_CHAIN_GRAPH=1``) has run:
-session 39 ran out of device time before it could.
+Its GPU test (``tests/runtime/test_gpu_ahead.py``: run-ahead ids equal the synchronous ones) passed with it in
+session 40. ``TENSORFOLD_CHAIN_GRAPH=0`` gives the older form: two device-to-device copies on the stream between the
+graphs (step k's ids kept aside after it, then copied into step k + 1's metadata).
 
 Capture (``cuda.core``'s graph builder on the runner's stream): every kernel signature is compiled by one eager
 run of the same launch sequence first (padding rows only), because nothing may compile, allocate or sync inside
@@ -439,10 +439,10 @@ class DecodeGraphs:
 
 
 def chain_in_graph() -> bool:
-    """``TENSORFOLD_CHAIN_GRAPH=1``: chained steps take their ids from the previous step graph's ``keep_ids_k``
-    (module docstring; +0.5 % at 2B, one stream, session 39); 0 (the default until its GPU test has run): two
-    device-to-device copies between the graphs."""
-    v = os.environ.get("TENSORFOLD_CHAIN_GRAPH", "0").strip() or "0"
+    """``TENSORFOLD_CHAIN_GRAPH=1`` (the default since session 40, when its GPU test passed): chained steps take
+    their ids from the previous step graph's ``keep_ids_k`` (module docstring; +0.5 % at 2B, one stream, session
+    39); 0: two device-to-device copies between the graphs."""
+    v = os.environ.get("TENSORFOLD_CHAIN_GRAPH", "1").strip() or "1"
     if v not in ("0", "1"):
         raise ValueError(f"TENSORFOLD_CHAIN_GRAPH={v!r}: expected 0 or 1")
     return v == "1"

@@ -206,6 +206,7 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
     cuda = _cuda()
     P, S, B = _rand_q(out, out, 4, 64)
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")  # the one-row launch through the plan's kernel (l2 applies)
     dev = _Dev(cuda, P, S, B, 4, 64)
     assert dev.plan.tc, dev.plan  # the first kernel's plan (w16 / pipe2)
     x = rng.standard_normal((rows, out)).astype(np.float32)

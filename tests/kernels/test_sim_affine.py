@@ -325,6 +325,7 @@ def test_tc_l2_prefetch_same_bits(case, monkeypatch):
         plan = A.GemvPlan(out, K, bits, group, 64, 2, True, 2, 2, True, 1, "pipe2")
     else:
         plan = A.GemvPlan(out, K, bits, group, 32 * 5, 1, True, 1, 2, True, 1, "w16")
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
     seen = []  # the l2 argument of every kernel lookup the launches make
     lookup = A.get_tc_kernel
     monkeypatch.setattr(A, "get_tc_kernel", lambda *a: seen.append(a[-1]) or lookup(*a))
