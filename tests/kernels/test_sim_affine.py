@@ -425,3 +425,19 @@ def test_tc_whole_switch(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "2")
     with pytest.raises(ValueError, match="TENSORFOLD_TC_WHOLE"):
         A.tc_whole(sq, 1, 1, False, None, S, S)
+
+
+def test_tc_geo_override(monkeypatch):
+    """``TENSORFOLD_TC_GEO`` (measurements): a listed shape's first-kernel plan takes the given tiles and warps and no
+    split-K; other shapes keep theirs; malformed values are refused with the variable's name."""
+    monkeypatch.delenv("TENSORFOLD_TC_GEO", raising=False)
+    base = A.plan_tc(4096, 4096, 4, 64)
+    other = A.plan_tc(2048, 2048, 4, 64)
+    monkeypatch.setenv("TENSORFOLD_TC_GEO", "4096x4096=2,16; 5120x6144=1,8")
+    p = A.plan_tc(4096, 4096, 4, 64)
+    assert (p.mt, p.tpb, p.ks) == (2, 512, 1) and (p.u, p.pipe) == (base.u, base.pipe)
+    assert A.plan_tc(2048, 2048, 4, 64) == other
+    for bad in ("4096x4096=2", "4096=2,16", "4096x4096=3,8", "4096x4096=2,12"):
+        monkeypatch.setenv("TENSORFOLD_TC_GEO", bad)
+        with pytest.raises(ValueError, match="TENSORFOLD_TC_GEO"):
+            A.plan_tc(4096, 4096, 4, 64)
