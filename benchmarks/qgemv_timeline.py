@@ -174,6 +174,33 @@ def analyse(T: np.ndarray, prev_end) -> dict:
     return d
 
 
+def graph_phases(dev, stream, go, tls, n: int) -> dict:
+    """``go(stream, i)`` launched ``n`` times in a captured graph, without and with PDL, each graph replayed three
+    times; ``tls [n, warps, NSTAMP]`` holds the last replay's stamps. Per form: µs a launch over the graph, and the
+    phases of the middle launch and the one after it."""
+    from tensorfold.kernels import _pdl
+
+    res = {}
+    for label, pdl in (("graph", False), ("graph+pdl", True)):
+        gb = dev.create_graph_builder()
+        gb.begin_building()
+        with _pdl.scope(pdl):
+            for i in range(n):
+                go(gb, i)
+        graph = gb.end_building().complete()
+        for _ in range(3):
+            graph.launch(stream)
+            stream.sync()
+        T = tls.copy_to_host()
+        ends = T[:, :, 4].max(axis=1)
+        starts = T[:, :, 0].min(axis=1)
+        mid = n // 2
+        res[label] = {"us per launch": round(float((ends[-1] - starts[0]) / 1e3 / n), 2),
+                      "launch mid": analyse(T[mid], ends[mid - 1]),
+                      "launch mid+1": analyse(T[mid + 1], ends[mid])}
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="24576x4096g,24576x4096,4096x12288,34816x5120g,5120x17408,12352x4096",
@@ -182,7 +209,6 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
-    from tensorfold.kernels import _pdl
     from tensorfold.kernels import qgemv as Q
 
     ctx = bk._ctx()
@@ -222,23 +248,7 @@ def main(argv=None):
         go(0, 0)
         cuda.synchronize()
         res = {"plan": f"nw {p.nw} mt {p.mt} cg {p.cg} u {p.u} ks {p.ks} grid {gx}x{p.ks}", "MB": wbytes / 1e6}
-        for label, pdl in (("graph", False), ("graph+pdl", True)):
-            gb = dev.create_graph_builder()
-            gb.begin_building()
-            with _pdl.scope(pdl):
-                for i in range(args.n):
-                    go(gb, i)
-            graph = gb.end_building().complete()
-            for _ in range(3):
-                graph.launch(stream)
-                stream.sync()
-            T = tls.copy_to_host()
-            ends = T[:, :, 4].max(axis=1)
-            starts = T[:, :, 0].min(axis=1)
-            mid = args.n // 2
-            res[label] = {"us per launch": round(float((ends[-1] - starts[0]) / 1e3 / args.n), 2),
-                          "launch mid": analyse(T[mid], ends[mid - 1]),
-                          "launch mid+1": analyse(T[mid + 1], ends[mid])}
+        res.update(graph_phases(dev, stream, go, tls, args.n))
         report["shapes"][spec] = res
         print(json.dumps({spec: res}, indent=1), flush=True)
         del sw, tls

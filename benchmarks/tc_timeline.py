@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
 
-from qgemv_timeline import NSTAMP, _intrinsics, analyse  # noqa: E402
+from qgemv_timeline import NSTAMP, _intrinsics, graph_phases  # noqa: E402
 
 
 def instrument(src: str, nw: int, whole: bool) -> str:
@@ -114,7 +114,6 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
-    from tensorfold.kernels import _pdl
     from tensorfold.kernels import affine as A
 
     ctx = bk._ctx()
@@ -164,23 +163,7 @@ def main(argv=None):
             cuda.synchronize()
             ys[form] = y.copy_to_host()
             r = {"u": u, "whole": whole}
-            for label, pdl in (("graph", False), ("graph+pdl", True)):
-                gb = dev.create_graph_builder()
-                gb.begin_building()
-                with _pdl.scope(pdl):
-                    for i in range(args.n):
-                        go(gb, i)
-                graph = gb.end_building().complete()
-                for _ in range(3):
-                    graph.launch(stream)
-                    stream.sync()
-                T = tls.copy_to_host()
-                ends = T[:, :, 4].max(axis=1)
-                starts = T[:, :, 0].min(axis=1)
-                mid = args.n // 2
-                r[label] = {"us per launch": round(float((ends[-1] - starts[0]) / 1e3 / args.n), 2),
-                            "launch mid": analyse(T[mid], ends[mid - 1]),
-                            "launch mid+1": analyse(T[mid + 1], ends[mid])}
+            r.update(graph_phases(dev, stream, go, tls, args.n))
             res[form] = r
             print(json.dumps({spec: {form: r}}, indent=1), flush=True)
             del tls
