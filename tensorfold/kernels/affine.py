@@ -522,7 +522,8 @@ if not IS_SIM:
     def _ldf_h8(typingctx, arr, off):
         """Eight 16-bit elements ``arr.flat[off : off + 8]`` (16-byte aligned) as four words, element ``2 k`` in
         word ``k``'s low half: one ``ld.global.nc.v4.u32`` (scales and biases are weights)."""
-        if not (isinstance(arr, _types.Array) and getattr(arr.dtype, "bitwidth", 0) == 16 and isinstance(off, _types.Integer)):
+        if not (isinstance(arr, _types.Array) and getattr(arr.dtype, "bitwidth", 0) == 16
+                and isinstance(off, _types.Integer)):
             return None
         sig = _types.UniTuple(_types.uint32, 4)(arr, off)
 
@@ -1277,10 +1278,10 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     (``_gen_tc_source(whole=...)``) for this launch, as its ``whole`` argument (0: the plan's kernel). ``0`` never,
     ``1`` every launch it fits, ``sq`` (the default) square weights only (the 2B / 9B GDN out_proj and attention
     o_proj, behind the GDN step and the attention merge); where it applies, ``TENSORFOLD_TC_L2`` does not. It fits a
-    one-row launch of a pipelined plan
-    (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all own the same number of groups, at
-    most ``WHOLE_MAX_U``. The value: 8 (scales and biases eight a 16-byte load) for bf16 scales whose rows and
-    arrays allow it, else 1. The same bits as the plan's kernel, so the choice may follow the row count.
+    one-row launch of a pipelined plan (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all
+    own the same number of groups, at most ``WHOLE_MAX_U``. The value: 8 (scales and biases eight a 16-byte load)
+    for bf16 scales whose rows and arrays allow it, else 1. The same bits as the plan's kernel, so the choice may
+    follow the row count.
 
     Measured in session 40 (H100, ``benchmarks/tc_timeline.py`` and ``bench_decode --ab-env``): the 9B 4096 x 4096
     launch under PDL 10.2 -> 9.8 us, the 2B 2048 x 2048 4.5 -> 4.4 us; decode, one stream, two rounds, 0 -> sq: 9B

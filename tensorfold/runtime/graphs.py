@@ -33,9 +33,9 @@ alone 1.0 ms -> 0.13 ms per step at 1 stream.
 Pipelined steps (optional, ``launch_step`` / ``wait_step``): step k + 1 is enqueued, its ids chained from step
 k's on the device, before the host reads step k's ids; two pinned id buffers and events keep the host from
 rewriting a staging buffer a copy still reads. The chain runs inside the graphs (the default since session 40;
-``TENSORFOLD_CHAIN_GRAPH``, read when the graphs are made or dropped): every step
-graph ends with ``sample.keep_ids_k``, which writes the drawn ids into the bucket metadata's ids, and a chained step's
-metadata copy starts after the ids (``Meta.write_step(keep_ids=True)``). No copy is left between the graphs but the
+``TENSORFOLD_CHAIN_GRAPH``, read when the graphs are made or dropped): every step graph ends with
+``sample.keep_ids_k``, which writes the drawn ids into the bucket metadata's ids, and a chained step's metadata copy
+starts after the ids (``Meta.write_step(keep_ids=True)``). No copy is left between the graphs but the
 metadata's and the ids' way back to the host; the graph gains one small kernel. Timed in session 39 (H100,
 ``bench_decode --timeline``): the two copies cost about 7 µs a step (2.5 µs of copies, 4.9 µs of idle GPU before
 them); 2B one stream 755.2 / 758.5 -> 761.3 / 760.1 tok/s (0 -> 1, same process), 9B and eight streams a tie.
