@@ -1271,6 +1271,7 @@ def tc_l2(out: int, inp: int) -> bool:
 
 
 WHOLE_MAX_U = 8  # groups a warp at most in the whole-share form (64 weight words a lane at 4-bit g64, mt 2)
+WHOLE_MAX_WORDS = 64  # weight words a lane at most held before the wait (9B 4096 x 4096, 4-bit g64: 174 registers)
 
 
 def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
@@ -1279,7 +1280,8 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     ``1`` every launch it fits, ``sq`` (the default) square weights only (the 2B / 9B GDN out_proj and attention
     o_proj, behind the GDN step and the attention merge); where it applies, ``TENSORFOLD_TC_L2`` does not. It fits a
     one-row launch of a pipelined plan (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all
-    own the same number of groups, at most ``WHOLE_MAX_U``. The value: 8 (scales and biases eight a 16-byte load)
+    own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most ``WHOLE_MAX_WORDS`` weight words a lane
+    (8-bit g64 at the 4-bit plan's 8 groups would need 128: it keeps the plan's kernel). The value: 8 (scales and biases eight a 16-byte load)
     for bf16 scales whose rows and arrays allow it, else 1. The same bits as the plan's kernel, so the choice may
     follow the row count.
 
@@ -1299,7 +1301,7 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     if ng % (plan.ks * nw):
         return 0
     pw = ng // (plan.ks * nw)
-    if not 1 <= pw <= WHOLE_MAX_U:
+    if not 1 <= pw <= WHOLE_MAX_U or pw * plan.mt * 2 * max(1, plan.group * plan.bits // 128) > WHOLE_MAX_WORDS:
         return 0
     if _scale_kind(S) == "bf16" and pw % 8 == 0 and S.shape[1] % 8 == 0 and B.shape == S.shape and (
             IS_SIM or all(_dev_ptr(a) % 16 == 0 for a in (S, B))):

@@ -422,6 +422,10 @@ def test_tc_whole_switch(monkeypatch):
     assert A.tc_whole(plan(64, 512), 1, 1, False, None, S4, S4) == 1  # 4 groups a warp: scalar loads
     F = S.astype(np.float32)
     assert A.tc_whole(sq, 1, 1, False, None, F, F) == 1  # float32 scales
+    p8 = A.GemvPlan(1024, 1024, 8, 64, 64, 1, True, 2, 2, True, 1, "pipe2")  # 8-bit: 4 words a lane and group
+    assert A.tc_whole(p8, 1, 1, False, None, S, S) == 0  # 8 groups x 2 tiles x 2 rows x 4 words > WHOLE_MAX_WORDS
+    p8h = A.GemvPlan(1024, 512, 8, 64, 64, 1, True, 2, 2, True, 1, "pipe2")  # 4 groups a warp: 64 words
+    assert A.tc_whole(p8h, 1, 1, False, None, sb(1024, 512), sb(1024, 512)) == 1
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "2")
     with pytest.raises(ValueError, match="TENSORFOLD_TC_WHOLE"):
         A.tc_whole(sq, 1, 1, False, None, S, S)
