@@ -83,25 +83,25 @@ def instrument(src: str, nw: int, whole: bool) -> str:
 
 
 def build(plan, whole: int):
-    """(kernel, u): the instrumented first kernel of ``plan`` at one row (``whole``: its whole-share form)."""
+    """(kernel, warps, u): the instrumented first kernel of ``plan`` at one row as ``launch_qgemv`` runs it
+    (``whole``: its whole-share form; otherwise a plan's ``mw`` warps of several K ranges each)."""
     from numba import cuda
 
     from tensorfold.kernels import affine as A
     from tensorfold.kernels import qgemv as Q
 
     gtimer, smid = _intrinsics()
-    nw = plan.tpb // 32
-    u = plan.inp // plan.group // (plan.ks * nw) if whole else plan.u
-    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}"
+    nw, vs, u = A.tc_geometry(plan, whole)
+    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}"
     src = A._gen_tc_source(name, plan.bits, plan.group, 1, nw, plan.mt, u, "bf16", plan.pipe,
-                           1 if whole else plan.depth, whole=whole)
+                           1 if whole else plan.depth, whole=whole, vs=vs)
     src = instrument(src, nw, bool(whole))
     extra = dict(A._tc_helpers(plan.bits, plan.group), _tc_mma2=A._tc_mma2, _tc_epi=A._tc_epi,
                  _tc_sb_bf16=A._tc_sb_bf16, _tc_sb_f=A._tc_sb_f, mma_bf16=A.mma_bf16, swiglu=A.swiglu,
                  _ldf_h8=A._ldf_h8, _bf_hi=Q._bf_hi, gtimer=gtimer, smid=smid)
     fn = A._build(name, src, extra)
-    kw = {} if plan.tpb <= 256 else {"launch_bounds": plan.tpb}
-    return cuda.jit(**kw)(fn), u
+    kw = {} if nw <= 8 else {"launch_bounds": 32 * nw}
+    return cuda.jit(**kw)(fn), nw, u
 
 
 def main(argv=None):
@@ -131,7 +131,7 @@ def main(argv=None):
         plan = A.plan_tc(out, inp, 4, 64)
         wbytes, mats = bk.affine_copies(ctx, out, inp, 4, 64)
         x, _x = ctx["rand_f32"]((1, inp))
-        res = {"plan": f"{plan.variant} nw {plan.tpb // 32} mt {plan.mt} u {plan.u} ks {plan.ks}",
+        res = {"plan": f"{plan.variant} nw {plan.tpb // 32} mw {plan.mw} mt {plan.mt} u {plan.u} ks {plan.ks}",
                "MB": wbytes / 1e6}
         forms = [("plan", 0)]
         if args.whole:  # the value tc_whole gives these bf16 arrays
@@ -140,7 +140,7 @@ def main(argv=None):
         plans = {"plan": plan, "whole": plan}
         for f in [f for f in args.forms.split(";") if f]:
             mt, nw, *w = (int(v) for v in f.split(","))
-            p2 = dataclasses.replace(plan, mt=mt, tpb=32 * nw)
+            p2 = dataclasses.replace(plan, mt=mt, tpb=32 * nw, mw=0)
             pw = inp // 64 // (p2.ks * nw)
             name = f"mt{mt} nw{nw}" + (" whole" if w and w[0] else "")
             plans[name] = p2
@@ -148,16 +148,16 @@ def main(argv=None):
         ys = {}
         for form, whole in forms:
             plan = plans[form]
-            k, u = build(plan, whole)
+            k, nw, u = build(plan, whole)
             y = cuda.device_array((plan.ks, 1, out), dtype="float32")
-            res.setdefault("geometry", {})[form] = f"mt {plan.mt} nw {plan.tpb // 32} ks {plan.ks} u {u}"
+            res.setdefault("geometry", {})[form] = f"mt {plan.mt} nw {nw} ks {plan.ks} u {u}"
             gx = -(-out // (16 * plan.mt))
-            nwarps = gx * plan.ks * (plan.tpb // 32)
+            nwarps = gx * plan.ks * nw
             tls = cuda.to_device(np.zeros((args.n, nwarps, NSTAMP), np.int64))
 
-            def go(s, i, k=k, y=y, tls=tls, gx=gx):
+            def go(s, i, k=k, y=y, tls=tls, gx=gx, nw=nw):
                 W, S, B = mats[i % len(mats)][:3]
-                k[(gx, 1, plan.ks), plan.tpb, s](W, S, B, x, y, np.int32(1), np.int32(0), np.int32(0), tls[i])
+                k[(gx, 1, plan.ks), 32 * nw, s](W, S, B, x, y, np.int32(1), np.int32(0), np.int32(0), tls[i])
 
             go(0, 0)
             cuda.synchronize()

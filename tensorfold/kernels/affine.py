@@ -710,7 +710,7 @@ def _tc_sb_f(S, B, off):
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
                    pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False,
-                   whole: int = 0) -> str:
+                   whole: int = 0, vs: int = 1) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -746,8 +746,15 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     too: ``whole`` = 8, eight bf16 a 16-byte load; 1, one load a value); after the wait the block copies its K range
     of x into shared memory (one L2 round trip for all of it, instead of one an iteration) and the warps run their
     ``u`` groups as one straight block, no loop, no multiply by the in-range flag. The same operations in the same
-    order as the pipelined kernel with ``u`` groups an iteration: the same bits as the plan's kernel."""
+    order as the pipelined kernel with ``u`` groups an iteration: the same bits as the plan's kernel.
+
+    ``vs`` (virtual warps a warp): the block's groups are split into ``nw * vs`` contiguous ranges as if it had
+    ``nw * vs`` warps; warp ``w`` runs ranges ``w * vs .. w * vs + vs - 1``, each into its own accumulators (``u``
+    groups of each range an iteration), and the cross-warp sum takes the ``nw * vs`` partial tiles in range order:
+    the same bits as the kernel of ``nw * vs`` warps, with half (a quarter, ..) of its warps. A plan whose one-row
+    launches run the whole form at 16 warps runs its other launches this way at 8 (``GemvPlan.mw``)."""
     assert depth >= 1 and (pipe or depth == 1)
+    assert vs >= 1 and (vs == 1 or not (whole or l2))
     assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
                          and u % whole == 0)
     lw, cl, steps = _tc_lane_layout(bits, group)
@@ -764,8 +771,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    warp = tid >> 5")
     a("    g = lane >> 2")
     a("    t = lane & 3")
-    if nw > 1:
-        a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
+    nv = nw * vs  # the K ranges of a block, and the partial tiles the cross-warp sum adds in order
+    V = [""] + [f"_{v}" for v in range(1, vs)]  # name suffix of range v's bounds and accumulators
+    if nv > 1:
+        a(f"    red = cuda.shared.array(({nv}, {mt * nt * 4}, 32), np.float32)")
     a("    out = W.shape[0]")
     if glu:
         a("    hout = out >> 1")
@@ -777,9 +786,12 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    per = (ng + ks - 1) // ks")
     a("    gb = kz * per")
     a("    ge = min(ng, gb + per)")
-    a(f"    pw = (per + {nw - 1}) // {nw}")
-    a("    wb = gb + warp * pw")
+    a(f"    pw = (per + {nv - 1}) // {nv}")
+    a("    wb = gb + warp * pw" if vs == 1 else f"    wb = gb + warp * {vs} * pw")
     a("    we = min(ge, wb + pw)")
+    for v in range(1, vs):
+        a(f"    wb{V[v]} = wb + {v} * pw")
+        a(f"    we{V[v]} = min(ge, wb{V[v]} + pw)")
     a(f"    nit = (pw + {u - 1}) // {u}")
     a("    wpitch = W.shape[1]")
     a("    spitch = S.shape[1]")
@@ -801,17 +813,21 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"    xo{n} = xr{n} * xpitch + t * {cl}")
     a("    sa_lane = 8 * t")
     a("    sb_lane = 8 * t + 4")
-    for m in range(mt):
-        for n in range(nt):
-            for i in range(4):
-                a(f"    acc{m}_{n}_{i} = np.float32(0.0)")
+    for v in range(vs):
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    a(f"    acc{m}_{n}_{i}{V[v]} = np.float32(0.0)")
+
     def loads(ind, pre, gexpr):
-        # every weight load of u groups (groups past the warp's range re-read its last group)
-        for uu in range(u):
-            a(f"{ind}wi = min({gexpr} + {uu}, Gl) * {wpg}")
+        # every weight load of u groups of each range (groups past a range re-read its last group); slot
+        # s = range * u + group of the range
+        for s_ in range(vs * u):
+            r_, uu = divmod(s_, u)
+            a(f"{ind}wi = min({gexpr.format(V[r_])} + {uu}, Gl{V[r_]}) * {wpg}")
             for m in range(mt):
                 for hname in ("a", "b"):
-                    v = f"{pre}{hname}{uu}_{m}"
+                    v = f"{pre}{hname}{s_}_{m}"
                     off = f"wo{hname}{m} + wi"
                     if lw == 1:
                         a(f"{ind}{v}_0 = _ldf(W, {off})")
@@ -822,11 +838,12 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                             a(f"{ind}{v}_{4 * q}, {v}_{4 * q + 1}, {v}_{4 * q + 2}, {v}_{4 * q + 3} = "
                               f"_ldf_u32x4(W, {off} + {4 * q})")
 
-    a("    Gl = max(we - 1, 0)")
+    for v in range(vs):
+        a(f"    Gl{V[v]} = max(we{V[v]} - 1, 0)")
     if pipe:
-        loads("    ", "w", "wb")
+        loads("    ", "w", "wb{}")
         for k in range(1, depth):
-            loads("    ", f"p{k}_", f"wb + {k * u}")
+            loads("    ", f"p{k}_", f"wb{{}} + {k * u}")
     if l2:  # the warp's share of W / S / B into L2 (rows ra / rb of the lane's quad; lines t, t + 4, ..)
         sel = 64 if sk == "bf16" else 32  # scale / bias elements a 128-byte line
         a("    if we > wb:")
@@ -882,18 +899,18 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     else:
         a("    for it in range(nit):")
         I = "        "
-        a(f"{I}G0 = wb + it * {u}")
-        for uu in range(u):
-            a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
-    if whole:
-        pass  # every word already loaded
-    elif pipe:
-        loads(I, f"p{depth}_", f"G0 + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
-    else:
-        loads(I, "w", "G0")
+        for v in range(vs):
+            a(f"{I}G0{V[v]} = wb{V[v]} + it * {u}")
+        for s_ in range(vs * u):
+            a(f"{I}Gc{s_} = min(G0{V[s_ // u]} + {s_ % u}, Gl{V[s_ // u]})")
+        if pipe:
+            loads(I, f"p{depth}_", f"G0{{}} + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
+        else:
+            loads(I, "w", "G0{}")
     bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
-    for uu in range(u):
-        a(f"{I}col = Gc{uu} * {group}")
+    for sl in range(vs * u):
+        rv, uu = divmod(sl, u)
+        a(f"{I}col = Gc{sl} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
             if nrm:  # one row, x made by the prologue in shared memory (by column)
@@ -916,8 +933,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 for h in ("a", "b"):
                     a(f"{I}s{h}, b{h} = {cv}(sv{h}{m}_{uu}), {cv}(bv{h}{m}_{uu})")
             else:
-                a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{uu})")
-                a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{uu})")
+                a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{sl})")
+                a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{sl})")
             zeros = "np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)"
             for n in range(nt):
                 a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + f" = {zeros}")
@@ -929,8 +946,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     npairs = 2 if bits == 8 else 32 // bits // 2
                     pa = ", ".join(f"pa{j}_{i}" for i in range(npairs))
                     pb = ", ".join(f"pb{j}_{i}" for i in range(npairs))
-                    a(f"{I}{pa} = _tcdec(wa{uu}_{m}_{j})")
-                    a(f"{I}{pb} = _tcdec(wb{uu}_{m}_{j})")
+                    a(f"{I}{pa} = _tcdec(wa{sl}_{m}_{j})")
+                    a(f"{I}{pb} = _tcdec(wb{sl}_{m}_{j})")
                     per_word[j] = True
                 i0, i1 = (0, 1) if bits == 8 else dec
                 for n in range(nt):
@@ -946,26 +963,26 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 # a group past the warp's range (re-read data) counts 0 times: a select and 4 multiplies, no branch
                 # (the whole-share form has none: x 1.0 is exact, so dropping it keeps the bits)
                 if not whole:
-                    a(f"{I}vf = np.float32(1.0) if G0 + {uu} < we else np.float32(0.0)")
+                    a(f"{I}vf = np.float32(1.0) if G0{V[rv]} + {uu} < we{V[rv]} else np.float32(0.0)")
                     a(f"{I}sa, ba, sb, bb = sa * vf, ba * vf, sb * vf, bb * vf")
                 for n in range(nt):
-                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
+                    cc = ", ".join(f"acc{m}_{n}_{i}{V[rv]}" for i in range(4))
                     dd = ", ".join(f"d{n}_{i} + e{n}_{i}" for i in range(4))
                     a(f"{I}{cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
             else:
-                a(f"{I}if G0 + {uu} < we:")
+                a(f"{I}if G0{V[rv]} + {uu} < we{V[rv]}:")
                 for n in range(nt):
-                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
+                    cc = ", ".join(f"acc{m}_{n}_{i}{V[rv]}" for i in range(4))
                     dd = ", ".join(f"d{n}_{i}" for i in range(4))
                     a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
     if pipe and not whole:
         ring = ["w"] + [f"p{k}_" for k in range(1, depth + 1)]
         for dst, src in zip(ring[:-1], ring[1:]):
-            for uu in range(u):
+            for sl in range(vs * u):
                 for m in range(mt):
                     for hname in ("a", "b"):
                         for j in range(lw):
-                            a(f"{I}{dst}{hname}{uu}_{m}_{j} = {src}{hname}{uu}_{m}_{j}")
+                            a(f"{I}{dst}{hname}{sl}_{m}_{j} = {src}{hname}{sl}_{m}_{j}")
     if _device.gemv_trigger_here("end"):
         a("    pdl_trigger()")
     # cross-warp sum in warp order (entry k summed and stored by warp k % nw), then store
@@ -981,17 +998,19 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{J}if {o} < hout and {r} < R:")
         a(f"{J}    y[kz, {r}, {o}] = swiglu({vg}, {vu})")
 
-    if nw > 1:  # the warps' partial tiles through shared memory
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(4):
-                    a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
+    if nv > 1:  # the ranges' partial tiles through shared memory
+        for v in range(vs):
+            slot = "warp" if vs == 1 else f"warp * {vs} + {v}"
+            for m in range(mt):
+                for n in range(nt):
+                    for i in range(4):
+                        a(f"    red[{slot}, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}{V[v]}")
         a("    cuda.syncthreads()")
 
     def summed(J, pairs):  # each (name, entry) summed over the warps in warp order
         for v, k in pairs:
             a(f"{J}{v} = red[0, {k}, lane]")
-        for w in range(1, nw):
+        for w in range(1, nv):
             for v, k in pairs:
                 a(f"{J}{v} += red[{w}, {k}, lane]")
 
@@ -1000,13 +1019,13 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             for i in range(2 if glu else 4):
                 if glu:  # entry i (gate) and i + 2 (up), summed by warp k % nw
                     k, kg, ku = (m * nt + n) * 2 + i, (m * nt + n) * 4 + i, (m * nt + n) * 4 + i + 2
-                    if nw > 1:
+                    if nv > 1:
                         a(f"    if warp == {k % nw}:")
                         summed("        ", [("tg", kg), ("tu", ku)])
                         store_glu("        ", m, n, i, "tg", "tu")
                     else:
                         store_glu("    ", m, n, i, f"acc{m}_{n}_{i}", f"acc{m}_{n}_{i + 2}")
-                elif nw > 1:
+                elif nv > 1:
                     k = (m * nt + n) * 4 + i
                     a(f"    if warp == {k % nw}:")
                     summed("        ", [("tot", k)])
@@ -1017,10 +1036,11 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0):
-    glu, l2, whole = bool(glu), bool(l2), int(whole)
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
+                  vs: int = 1):
+    glu, l2, whole, vs = bool(glu), bool(l2), int(whole), int(vs)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -1033,6 +1053,8 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += "_l2"
         if whole:
             name += f"_wh{whole}"
+        if vs > 1:
+            name += f"_vs{vs}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
@@ -1044,20 +1066,21 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
         if whole:
             extra.update(_ldf_h8=_ldf_h8, _bf_hi=_qgemv3._bf_hi, bf16_to_f32=bf16_to_f32)
         _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2,
-                                                   whole), extra)
+                                                   whole, vs), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
-                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0):
+                  pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
+                  vs: int = 1):
     key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
-           int(whole))
+           int(whole), int(vs))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole),
-                                   **kw)
+        _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
+                                                 vs), **kw)
     return _KCACHE[key]
 
 
@@ -1074,7 +1097,9 @@ class GemvPlan:
     ``ks`` split-K factor across blocks (workspace ``[ks, R, out]``), ``tc`` whether the tensor-core kernel runs,
     ``mt`` 16-row tiles per warp and ``u`` groups per loop iteration (tensor-core kernel only), ``pipe`` the
     pipelined form, ``depth`` its prefetch distance in iterations, ``variant`` the ``TC_VARIANTS`` name it came from
-    (a label for benchmarks; the launch reads only the geometry fields)."""
+    (a label for benchmarks; the launch reads only the geometry fields). ``mw`` (tensor-core kernel): warps a block
+    of the launches that do not take the whole-share form, each running ``tpb // 32 // mw`` of the plan's K ranges
+    (``_gen_tc_source(vs=...)``: the same bits); 0 = ``tpb // 32``. See :func:`tc_geometry`."""
 
     out: int
     inp: int
@@ -1088,6 +1113,7 @@ class GemvPlan:
     pipe: bool = False
     depth: int = 1
     variant: str = ""
+    mw: int = 0
 
     @property
     def workspace_shape(self):
@@ -1227,11 +1253,43 @@ def plan_tc(out: int, inp: int, bits: int, group: int, mt: int | None = None, u:
     ks = 1
     while nbx * ks < v["ks_blocks"] and nbx * nw * ks * 2 <= res and ng // (nw * ks * 2) >= u:
         ks *= 2
+    mw = 0
+    if (variant == "pipe2" and nw == 8 and ks == 1 and out == inp and group * bits // 128 <= 2 and ng % 16 == 0
+            and ng // 16 >= 2 and _tc_vwarps()):
+        nw, mw = 16, 8  # 16 K ranges: the whole form at 16 warps, other launches at 8 (two ranges a warp)
     geo = _tc_geo_override(out, inp)
     if geo:  # measurements: another tile count / warps a block at this shape (split-K off)
         mt, nw = geo
-        ks = 1
-    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant)
+        ks, mw = 1, 0
+    return GemvPlan(out, inp, bits, group, 32 * nw, ks, True, mt, u, pipe, depth, variant, mw)
+
+
+def _tc_vwarps() -> bool:
+    """``TENSORFOLD_TC_VWARPS`` (read when a plan is made): ``sq`` (default) gives the square pipelined plans of 8
+    warps (9B out_proj / o_proj, 4096 x 4096, 4-bit g64) 16 K ranges a block instead of 8 (``GemvPlan.mw``): one-row
+    launches then run the whole-share form at 16 warps a block, the others 8 warps of two ranges each, all with the
+    same bits a row; ``0`` keeps 8 ranges.
+
+    Measured in session 41 (H100, 9B decode, one process a plan, alternated twice, tok/s at 1 / 8 streams): the
+    16-warp plan for every row count (``TENSORFOLD_TC_GEO=4096x4096=2,16``) 360.0 / 1,927.5 and 360.0 / 1,928.8
+    against the 8-warp plan's 354.6 / 1,958.9 and 354.5 / 1,959.6: one row +1.5 % (``tc_timeline``: the whole
+    form under PDL 9.77 -> 9.17 us a launch), eight rows -1.6 % (the plain kernel at 16 warps is held to 128
+    registers). This plan keeps the one-row gain and gives eight rows the 8-warp kernel."""
+    return env_choice("TENSORFOLD_TC_VWARPS", "sq", ("0", "sq"), "first tensor-core kernel's 16 K ranges") == "sq"
+
+
+def tc_geometry(plan, whole: int):
+    """(warps a block, K ranges a warp, groups of a range an iteration) of a first-kernel launch of ``plan``:
+    ``whole`` (:func:`tc_whole`'s value for the launch) runs every range as one warp's whole share; otherwise a
+    plan with ``mw`` runs ``mw`` warps of ``tpb // 32 // mw`` ranges each, ``u`` split between them (the same
+    groups an iteration)."""
+    nw = plan.tpb // 32
+    if whole:
+        return nw, 1, plan.inp // plan.group // (plan.ks * nw)
+    if plan.mw and plan.mw < nw:
+        vs = nw // plan.mw
+        return plan.mw, vs, max(1, plan.u // vs)
+    return nw, 1, plan.u
 
 
 def _tc_geo_override(out: int, inp: int):
@@ -1445,16 +1503,17 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan whose blocks all have K "
                          f"columns ({plan})")
     nrm, nargs = norms.fused_args(norm, x, R)
+    tpb = plan.tpb
     if plan.tc:
         nt = 1 if R <= 8 else 2
         wh = tc_whole(plan, R, nt, glu, nrm, S, B)
+        nw, vs, u = tc_geometry(plan, wh)
+        tpb = 32 * nw
         if wh:
-            nw = plan.tpb // 32
-            k = get_tc_kernel(bits, group, nt, nw, plan.mt, inp // group // (plan.ks * nw), _scale_kind(S), True, 1,
-                              whole=wh)
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh)
         else:
-            k = get_tc_kernel(bits, group, nt, plan.tpb // 32, plan.mt, plan.u, _scale_kind(S), plan.pipe,
-                              plan.depth, glu, nrm, tc_l2(out, inp))
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
+                              vs == 1 and tc_l2(out, inp), vs=vs)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1463,11 +1522,11 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         grid = (-(-out // no), -(-R // rb), plan.ks)
     if plan.ks == 1:
         y3 = y.reshape((1,) + tuple(y.shape))
-        k[grid, plan.tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0), *nargs)
+        k[grid, tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0), *nargs)
     else:
         if ws is None:
             raise ValueError("launch_qgemv: plan.ks > 1 needs a workspace ws [ks, R, out] float32")
-        k[grid, plan.tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0), *nargs)
+        k[grid, tpb, stream](W, S, B, x, ws, np.int32(R), np.int32(0), np.int32(0), *nargs)
         n = R * out
         _splitk_reduce[min(1024, -(-n // 256)), 256, stream](ws, y, np.int32(R))
     return y
@@ -1662,14 +1721,27 @@ def _specs():
             specs.append((f, _QN))
             hot.add(f.__name__)
     # the L2 prefetch before the wait (TENSORFOLD_TC_L2) at the square plans it is for: the 2B out_proj / o_proj
-    # (2048 x 2048, w16) and the 9B ones (4096 x 4096, pipe2), one n-tile (hot)
+    # (2048 x 2048, w16) and the 9B ones (4096 x 4096, pipe2) where their plan runs one K range a warp, one n-tile
+    # (hot)
     for out in (2048, 4096):
         p = plan_tc(out, out, 4, 64)
-        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
-        specs.append((f, _Q))
-        hot.add(f.__name__)
-    # the whole-share form (TENSORFOLD_TC_WHOLE) at the square plans: 9B 4096 x 4096 (pipe2, 8 groups a warp,
-    # scales eight a load) and 2B 2048 x 2048 (w16, 2 groups a warp, scalar scale loads), one row (hot)
+        nw, vs, u = tc_geometry(p, 0)
+        if vs == 1:
+            f = get_tc_pyfunc(4, 64, 1, nw, p.mt, u, "bf16", p.pipe, p.depth, l2=True)
+            specs.append((f, _Q))
+            hot.add(f.__name__)
+    # the 9B square plan's launches of more than one row (TENSORFOLD_TC_VWARPS: 8 warps of two K ranges), both
+    # n-tiles (hot)
+    p = plan_tc(4096, 4096, 4, 64)
+    nw, vs, u = tc_geometry(p, 0)
+    for nt in (1, 2):
+        f = get_tc_pyfunc(4, 64, nt, nw, p.mt, u, "bf16", p.pipe, p.depth, vs=vs)
+        if (f, _Q) not in specs:
+            specs.append((f, _Q))
+            hot.add(f.__name__)
+    # the whole-share form (TENSORFOLD_TC_WHOLE) at the square plans: 9B 4096 x 4096 (pipe2 at 16 K ranges: 4
+    # groups a warp, 16 warps; 8 groups and scales eight a load at 8) and 2B 2048 x 2048 (w16, 2 groups a warp,
+    # scalar scale loads), one row (hot)
     for out in (2048, 4096):
         p = plan_tc(out, out, 4, 64)
         pw = out // 64 // (p.tpb // 32 * p.ks)

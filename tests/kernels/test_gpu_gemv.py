@@ -207,6 +207,7 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
     P, S, B = _rand_q(out, out, 4, 64)
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")  # the one-row launch through the plan's kernel (l2 applies)
+    monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "0")  # one K range a warp (l2 does not apply to two)
     dev = _Dev(cuda, P, S, B, 4, 64)
     assert dev.plan.tc, dev.plan  # the first kernel's plan (w16 / pipe2)
     x = rng.standard_normal((rows, out)).astype(np.float32)
@@ -223,24 +224,37 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
 @pytest.mark.parametrize("label,out", [("2B out_proj", 2048), ("9B out_proj", 4096)])
 def test_tc_whole_same_bits(label, out, monkeypatch):
     """``TENSORFOLD_TC_WHOLE`` (the warp's whole share in registers before the PDL wait, x staged in shared memory)
-    at the square shapes it is for: one row gives the same bits as the plan's kernel (the 9B plan takes the
-    16-byte scale loads, the 2B one the scalar ones), and matches the reference; eight rows keep the plan's
-    kernel and their row 3 equals that row alone."""
+    at the square shapes it is for: one row gives the same bits as the plan's kernel and matches the reference;
+    eight rows keep the plan's kernel and their row 3 equals that row alone. The 9B plan has 16 K ranges
+    (``TENSORFOLD_TC_VWARPS``): its whole form runs 16 warps, its other launches 8 warps of two ranges, and both
+    equal the plain 16-warp kernel (``TENSORFOLD_TC_GEO``); with ``TENSORFOLD_TC_VWARPS=0`` (8 ranges) the whole
+    form takes the 16-byte scale loads."""
     cuda = _cuda()
     P, S, B = _rand_q(out, out, 4, 64)
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
-    dev = _Dev(cuda, P, S, B, 4, 64)
-    assert dev.plan.tc and dev.plan.pipe, dev.plan
     from tensorfold.kernels import affine as A
 
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")
-    assert A.tc_whole(dev.plan, 1, 1, False, None, dev.d[1], dev.d[2]) == (8 if out == 4096 else 1)
     x = rng.standard_normal((8, out)).astype(np.float32)
-    got = {}
-    for v in ("0", "sq"):
-        monkeypatch.setenv("TENSORFOLD_TC_WHOLE", v)
-        got[v] = (dev(x[3:4]), dev(x))
-    assert np.array_equal(got["0"][0].view(np.uint32), got["sq"][0].view(np.uint32)), label
-    assert np.array_equal(got["sq"][1][3:4].view(np.uint32), got["sq"][0].view(np.uint32)), label
+    for vw in (("sq", "0") if out == 4096 else ("sq",)):
+        monkeypatch.setenv("TENSORFOLD_TC_VWARPS", vw)
+        dev = _Dev(cuda, P, S, B, 4, 64)
+        assert dev.plan.tc and dev.plan.pipe, dev.plan
+        assert dev.plan.mw == (8 if (out, vw) == (4096, "sq") else 0), dev.plan
+        monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")
+        assert A.tc_whole(dev.plan, 1, 1, False, None, dev.d[1], dev.d[2]) == (8 if vw == "0" else 1)
+        got = {}
+        for v in ("0", "sq"):
+            monkeypatch.setenv("TENSORFOLD_TC_WHOLE", v)
+            got[v] = (dev(x[3:4]), dev(x))
+        assert np.array_equal(got["0"][0].view(np.uint32), got["sq"][0].view(np.uint32)), (label, vw)
+        assert np.array_equal(got["sq"][1][3:4].view(np.uint32), got["sq"][0].view(np.uint32)), (label, vw)
+        if dev.plan.mw:  # against the 16-warp kernel of one range a warp, at one and eight rows
+            monkeypatch.setenv("TENSORFOLD_TC_GEO", "4096x4096=2,16")
+            wide = _Dev(cuda, P, S, B, 4, 64)
+            assert (wide.plan.tpb, wide.plan.mw) == (512, 0), wide.plan
+            monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
+            for a, b in zip(got["sq"], (wide(x[3:4]), wide(x))):
+                assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), label
+            monkeypatch.delenv("TENSORFOLD_TC_GEO")
     ref, bound = _ref(_xin(x[3:4], dev.plan), P, S, B, 4, 64)
     _check(got["sq"][0], ref, bound)

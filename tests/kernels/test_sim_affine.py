@@ -267,8 +267,10 @@ def test_tc_variant_plans_and_env(monkeypatch):
         assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="w16")
     for out, K in ((8224, 2048), (12288, 2048), (5120, 2048), (4096, 4096)):  # the rest with K <= 4,096 -> pipe2
         assert A.plan_qgemv(out, K, 4, 64) == A.plan_tc(out, K, 4, 64, variant="pipe2")
+    monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "0")  # (with 16 K ranges the square plan is test_tc_vwarps_plan's)
     p2, p1 = A.plan_tc(4096, 4096, 4, 64, variant="pipe2"), A.plan_tc(4096, 4096, 4, 64, variant="pipe")
     assert (p2.tpb, p2.ks, p2.mt) == (p1.tpb, p1.ks, p1.mt)  # only u differs: the same bits as "pipe"
+    monkeypatch.delenv("TENSORFOLD_TC_VWARPS")
     assert A.plan_qgemv(4096, 5120, 4, 64).variant == "pipe"
     monkeypatch.setenv("TENSORFOLD_GEMV_PIPE", "1")
     assert A.plan_qgemv(12288, 4096, 4, 64) == A.plan_tc(12288, 4096, 4, 64, variant="pipe")
@@ -445,3 +447,75 @@ def test_tc_geo_override(monkeypatch):
         monkeypatch.setenv("TENSORFOLD_TC_GEO", bad)
         with pytest.raises(ValueError, match="TENSORFOLD_TC_GEO"):
             A.plan_tc(4096, 4096, 4, 64)
+
+
+@pytest.mark.parametrize("case", ["even", "uneven_ks2", "one_warp"])
+def test_tc_vwarps_same_bits(case, monkeypatch):
+    """``GemvPlan.mw`` (``_gen_tc_source(vs=...)``): a plan of ``nv`` K ranges launched with ``mw`` warps of
+    ``nv / mw`` ranges each gives the same bits, row by row, as the ``nv``-warp kernel and as the one-row whole-share
+    form at ``nv`` warps, at 1, 3 and 10 rows (both n-tile kernels), and matches the float64 reference. Cases: 4
+    ranges of 2 groups on 2 warps; 7 groups a block (ranges of 2, 2, 2, 1) with split-K over float32 scales on 2
+    warps; 4 ranges on one warp."""
+    bits, group = 4, 32
+    nv, mw, ng, ks, kw = {"even": (4, 2, 8, 1, {}), "uneven_ks2": (4, 2, 7, 2, {"scale_dtype": "f32"}),
+                          "one_warp": (4, 1, 8, 1, {})}[case]
+    K = ng * ks * group
+    out = 40  # 32-row blocks: the second one partial
+    P, S, B = _q(out, K, bits, group, **kw)
+    x = rng.standard_normal((10, K)).astype(np.float32)
+    wide = A.GemvPlan(out, K, bits, group, 32 * nv, ks, True, 2, 2, True, 1, "pipe2")
+    split = A.GemvPlan(out, K, bits, group, 32 * nv, ks, True, 2, 2, True, 1, "pipe2", mw)
+    assert A.tc_geometry(split, 0) == (mw, nv // mw, 1) and A.tc_geometry(wide, 0) == (nv, 1, 2)
+    seen = []  # (warps, whole, vs) of every kernel lookup
+    lookup = A.get_tc_kernel
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append((a[3], k.get("whole", 0), k.get("vs", 1)))
+                        or lookup(*a, **k))
+
+    def run(plan, rows):
+        ws = np.full((ks, rows, out), np.nan, np.float32) if ks > 1 else None
+        y = np.full((rows, out), np.nan, np.float32)
+        A.launch_qgemv(P, S, B, x[:rows], y, bits, group, plan, ws=ws)
+        assert not np.isnan(y).any()
+        return y.view(np.uint32)
+
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
+    base = {r: run(wide, r) for r in (1, 3, 10)}
+    for r in (1, 3, 10):
+        assert np.array_equal(run(split, r), base[r]), r
+        assert np.array_equal(base[r][:1], base[1])  # rows alone or together
+    assert seen[3:] == [(mw, 0, nv // mw)] * 3, seen
+    if case != "uneven_ks2":  # every range the same length: the whole form fits one row
+        monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
+        seen.clear()
+        assert np.array_equal(run(split, 1), base[1])
+        assert seen == [(nv, 1, 1)], seen
+    ref, bound = _ref(x, P, S, B, bits, group)
+    _check(base[10].view(np.float32), ref, bound, tol=1e-5)
+
+
+def test_tc_vwarps_plan(monkeypatch):
+    """``TENSORFOLD_TC_VWARPS``: ``sq`` (default) gives the 9B square plan (4096 x 4096, 4-bit g64) 16 K ranges, run
+    by 8 warps (two ranges each) except in the whole-share form (16 warps, 4 groups each); ``0``, other shapes and
+    formats whose 16-warp kernels spill keep theirs; ``TENSORFOLD_TC_GEO`` takes precedence."""
+    for v in ("TENSORFOLD_TC_VWARPS", "TENSORFOLD_TC_GEO", "TENSORFOLD_GEMV_VARIANT", "TENSORFOLD_GEMV_PIPE"):
+        monkeypatch.delenv(v, raising=False)
+    p = A.plan_tc(4096, 4096, 4, 64)
+    assert (p.variant, p.tpb, p.mw, p.ks, p.u) == ("pipe2", 512, 8, 1, 2)
+    assert A.tc_geometry(p, 0) == (8, 2, 1) and A.tc_geometry(p, 1) == (16, 1, 4)
+    S = np.zeros((4096, 64), np.uint16)
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")
+    assert A.tc_whole(p, 1, 1, False, None, S, S) == 1  # 4 groups a warp: scalar scale loads
+    assert A.tc_whole(p, 2, 1, False, None, S, S) == 0
+    for shape in ((8224, 2048), (12288, 2048), (2048, 2048)):
+        assert A.plan_tc(*shape, 4, 64).mw == 0, shape
+    assert A.plan_tc(4096, 4096, 8, 64).mw == 0  # 4 words a lane and group
+    monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "0")
+    p0 = A.plan_tc(4096, 4096, 4, 64)
+    assert (p0.tpb, p0.mw) == (256, 0) and A.tc_geometry(p0, 0) == (8, 1, 2)
+    monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "sq")
+    monkeypatch.setenv("TENSORFOLD_TC_GEO", "4096x4096=2,16")
+    assert A.plan_tc(4096, 4096, 4, 64).mw == 0
+    monkeypatch.delenv("TENSORFOLD_TC_GEO")
+    monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "1")
+    with pytest.raises(ValueError, match="TENSORFOLD_TC_VWARPS"):
+        A.plan_tc(4096, 4096, 4, 64)
