@@ -75,6 +75,8 @@ SHAPES = [  # (label, out, in, rows of the big launch): 2B down, 9B down, 27B ga
     ("2B down", 2048, 6144, 8), ("9B down", 4096, 12288, 16), ("27B gate", 17408, 5120, 8),
     # session 16's shape rules: 2B out_proj / o_proj (w16), 2B gate+up (pipe2), 27B out_proj / o_proj (qgemv)
     ("2B out_proj", 2048, 2048, 16), ("2B gate", 12288, 2048, 16), ("27B out_proj", 5120, 6144, 16),
+    # session 41: the 9B out_proj / o_proj (16 K ranges: one row in the whole form at 16 warps, more at 8)
+    ("9B out_proj", 4096, 4096, 16),
 ]
 
 

@@ -330,7 +330,7 @@ def test_tc_l2_prefetch_same_bits(case, monkeypatch):
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
     seen = []  # the l2 argument of every kernel lookup the launches make
     lookup = A.get_tc_kernel
-    monkeypatch.setattr(A, "get_tc_kernel", lambda *a: seen.append(a[-1]) or lookup(*a))
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(a[-1]) or lookup(*a, **k))
     ys = []
     for l2 in ("0", "1"):
         monkeypatch.setenv("TENSORFOLD_TC_L2", l2)
