@@ -91,10 +91,10 @@ def build(plan, whole: int):
     from tensorfold.kernels import qgemv as Q
 
     gtimer, smid = _intrinsics()
-    nw, vs, u = A.tc_geometry(plan, whole)
-    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}"
+    nw, vs, u, rg = A.tc_geometry(plan, whole)
+    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}_rg{rg}"
     src = A._gen_tc_source(name, plan.bits, plan.group, 1, nw, plan.mt, u, "bf16", plan.pipe,
-                           1 if whole else plan.depth, whole=whole, vs=vs)
+                           1 if whole else plan.depth, whole=whole, vs=vs, rg=rg)
     src = instrument(src, nw, bool(whole))
     extra = dict(A._tc_helpers(plan.bits, plan.group), _tc_mma2=A._tc_mma2, _tc_epi=A._tc_epi,
                  _tc_sb_bf16=A._tc_sb_bf16, _tc_sb_f=A._tc_sb_f, mma_bf16=A.mma_bf16, swiglu=A.swiglu,

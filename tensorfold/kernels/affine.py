@@ -710,7 +710,7 @@ def _tc_sb_f(S, B, off):
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
                    pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False,
-                   whole: int = 0, vs: int = 1) -> str:
+                   whole: int = 0, vs: int = 1, rg: int = 1) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -748,13 +748,16 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     ``u`` groups as one straight block, no loop, no multiply by the in-range flag. The same operations in the same
     order as the pipelined kernel with ``u`` groups an iteration: the same bits as the plan's kernel.
 
-    ``vs`` (virtual warps a warp): the block's groups are split into ``nw * vs`` contiguous ranges as if it had
-    ``nw * vs`` warps; warp ``w`` runs ranges ``w * vs .. w * vs + vs - 1``, each into its own accumulators (``u``
-    groups of each range an iteration), and the cross-warp sum takes the ``nw * vs`` partial tiles in range order:
-    the same bits as the kernel of ``nw * vs`` warps, with half (a quarter, ..) of its warps. A plan whose one-row
-    launches run the whole form at 16 warps runs its other launches this way at 8 (``GemvPlan.mw``)."""
+    ``rg`` (reduction groups, ``nw > 1``): the cross-warp sum adds the warps' partial tiles ``rg`` at a time first
+    (``(p0 + p1) + p2 ..`` within a group), then the group sums in warp order.
+
+    ``vs`` (ranges a warp): the block's groups are split into ``nw * vs`` contiguous ranges as if it had ``nw *
+    vs`` warps; warp ``w`` runs ranges ``w * vs .. w * vs + vs - 1``, each into its own accumulators (``u`` groups
+    of each range an iteration), adds them in range order and hands that one partial tile to the cross-warp sum:
+    the same bits as the kernel of ``nw * vs`` warps with ``rg = vs``, with a ``vs``-th of its warps. A plan whose
+    one-row launches run the whole form at 16 warps runs its other launches this way at 8 (``GemvPlan.mw``)."""
     assert depth >= 1 and (pipe or depth == 1)
-    assert vs >= 1 and (vs == 1 or not (whole or l2))
+    assert vs >= 1 and (vs == 1 or not (whole or l2 or rg > 1)) and nw % rg == 0
     assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
                          and u % whole == 0)
     lw, cl, steps = _tc_lane_layout(bits, group)
@@ -771,10 +774,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    warp = tid >> 5")
     a("    g = lane >> 2")
     a("    t = lane & 3")
-    nv = nw * vs  # the K ranges of a block, and the partial tiles the cross-warp sum adds in order
+    nv = nw * vs  # the K ranges of a block
     V = [""] + [f"_{v}" for v in range(1, vs)]  # name suffix of range v's bounds and accumulators
-    if nv > 1:
-        a(f"    red = cuda.shared.array(({nv}, {mt * nt * 4}, 32), np.float32)")
+    if nw > 1:
+        a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
     a("    out = W.shape[0]")
     if glu:
         a("    hout = out >> 1")
@@ -998,34 +1001,39 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{J}if {o} < hout and {r} < R:")
         a(f"{J}    y[kz, {r}, {o}] = swiglu({vg}, {vu})")
 
-    if nv > 1:  # the ranges' partial tiles through shared memory
-        for v in range(vs):
-            slot = "warp" if vs == 1 else f"warp * {vs} + {v}"
-            for m in range(mt):
-                for n in range(nt):
-                    for i in range(4):
-                        a(f"    red[{slot}, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}{V[v]}")
+    for v in range(1, vs):  # a warp's ranges in order: its partial tile
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    a(f"    acc{m}_{n}_{i} = acc{m}_{n}_{i} + acc{m}_{n}_{i}{V[v]}")
+    if nw > 1:  # the warps' partial tiles through shared memory
+        for m in range(mt):
+            for n in range(nt):
+                for i in range(4):
+                    a(f"    red[warp, {(m * nt + n) * 4 + i}, lane] = acc{m}_{n}_{i}")
         a("    cuda.syncthreads()")
 
-    def summed(J, pairs):  # each (name, entry) summed over the warps in warp order
+    def summed(J, pairs):  # each (name, entry) summed over the warps in warp order (rg > 1: groups of rg first)
+        def grp(w0, k):
+            return " + ".join(f"red[{w}, {k}, lane]" for w in range(w0, w0 + rg))
         for v, k in pairs:
-            a(f"{J}{v} = red[0, {k}, lane]")
-        for w in range(1, nv):
+            a(f"{J}{v} = {grp(0, k)}")
+        for w0 in range(rg, nw, rg):
             for v, k in pairs:
-                a(f"{J}{v} += red[{w}, {k}, lane]")
+                a(f"{J}{v} += " + (f"({grp(w0, k)})" if rg > 1 else grp(w0, k)))
 
     for m in range(mt):
         for n in range(nt):
             for i in range(2 if glu else 4):
                 if glu:  # entry i (gate) and i + 2 (up), summed by warp k % nw
                     k, kg, ku = (m * nt + n) * 2 + i, (m * nt + n) * 4 + i, (m * nt + n) * 4 + i + 2
-                    if nv > 1:
+                    if nw > 1:
                         a(f"    if warp == {k % nw}:")
                         summed("        ", [("tg", kg), ("tu", ku)])
                         store_glu("        ", m, n, i, "tg", "tu")
                     else:
                         store_glu("    ", m, n, i, f"acc{m}_{n}_{i}", f"acc{m}_{n}_{i + 2}")
-                elif nv > 1:
+                elif nw > 1:
                     k = (m * nt + n) * 4 + i
                     a(f"    if warp == {k % nw}:")
                     summed("        ", [("tot", k)])
@@ -1037,10 +1045,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1):
-    glu, l2, whole, vs = bool(glu), bool(l2), int(whole), int(vs)
+                  vs: int = 1, rg: int = 1):
+    glu, l2, whole, vs, rg = bool(glu), bool(l2), int(whole), int(vs), int(rg)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -1055,6 +1063,8 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += f"_wh{whole}"
         if vs > 1:
             name += f"_vs{vs}"
+        if rg > 1:
+            name += f"_rg{rg}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
@@ -1066,21 +1076,21 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
         if whole:
             extra.update(_ldf_h8=_ldf_h8, _bf_hi=_qgemv3._bf_hi, bf16_to_f32=bf16_to_f32)
         _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2,
-                                                   whole, vs), extra)
+                                                   whole, vs, rg), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1):
+                  vs: int = 1, rg: int = 1):
     key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
-           int(whole), int(vs))
+           int(whole), int(vs), int(rg))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
-                                                 vs), **kw)
+                                                 vs, rg), **kw)
     return _KCACHE[key]
 
 
@@ -1279,17 +1289,18 @@ def _tc_vwarps() -> bool:
 
 
 def tc_geometry(plan, whole: int):
-    """(warps a block, K ranges a warp, groups of a range an iteration) of a first-kernel launch of ``plan``:
-    ``whole`` (:func:`tc_whole`'s value for the launch) runs every range as one warp's whole share; otherwise a
-    plan with ``mw`` runs ``mw`` warps of ``tpb // 32 // mw`` ranges each, ``u`` split between them (the same
-    groups an iteration)."""
+    """(warps a block, K ranges a warp, groups of a range an iteration, reduction groups) of a first-kernel launch
+    of ``plan`` (``_gen_tc_source``'s ``nw``, ``vs``, ``u``, ``rg``): ``whole`` (:func:`tc_whole`'s value for the
+    launch) runs every range as one warp's whole share; otherwise a plan with ``mw`` runs ``mw`` warps of ``tpb //
+    32 // mw`` ranges each, ``u`` split between them (the same groups an iteration). A plan with ``mw`` sums its
+    ranges' partial tiles ``tpb // 32 // mw`` at a time first, in both forms (the same bits)."""
     nw = plan.tpb // 32
+    vs = nw // plan.mw if plan.mw and plan.mw < nw else 1
     if whole:
-        return nw, 1, plan.inp // plan.group // (plan.ks * nw)
-    if plan.mw and plan.mw < nw:
-        vs = nw // plan.mw
-        return plan.mw, vs, max(1, plan.u // vs)
-    return nw, 1, plan.u
+        return nw, 1, plan.inp // plan.group // (plan.ks * nw), vs
+    if vs > 1:
+        return plan.mw, vs, max(1, plan.u // vs), 1
+    return nw, 1, plan.u, 1
 
 
 def _tc_geo_override(out: int, inp: int):
@@ -1507,10 +1518,10 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     if plan.tc:
         nt = 1 if R <= 8 else 2
         wh = tc_whole(plan, R, nt, glu, nrm, S, B)
-        nw, vs, u = tc_geometry(plan, wh)
+        nw, vs, u, rg = tc_geometry(plan, wh)
         tpb = 32 * nw
         if wh:
-            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh)
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg)
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
                               vs == 1 and tc_l2(out, inp), vs=vs)
@@ -1725,7 +1736,7 @@ def _specs():
     # (hot)
     for out in (2048, 4096):
         p = plan_tc(out, out, 4, 64)
-        nw, vs, u = tc_geometry(p, 0)
+        nw, vs, u, _ = tc_geometry(p, 0)
         if vs == 1:
             f = get_tc_pyfunc(4, 64, 1, nw, p.mt, u, "bf16", p.pipe, p.depth, l2=True)
             specs.append((f, _Q))
@@ -1733,7 +1744,7 @@ def _specs():
     # the 9B square plan's launches of more than one row (TENSORFOLD_TC_VWARPS: 8 warps of two K ranges), both
     # n-tiles (hot)
     p = plan_tc(4096, 4096, 4, 64)
-    nw, vs, u = tc_geometry(p, 0)
+    nw, vs, u, _ = tc_geometry(p, 0)
     for nt in (1, 2):
         f = get_tc_pyfunc(4, 64, nt, nw, p.mt, u, "bf16", p.pipe, p.depth, vs=vs)
         if (f, _Q) not in specs:
@@ -1744,8 +1755,8 @@ def _specs():
     # scalar scale loads), one row (hot)
     for out in (2048, 4096):
         p = plan_tc(out, out, 4, 64)
-        pw = out // 64 // (p.tpb // 32 * p.ks)
-        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1)
+        nw, _, pw, rg = tc_geometry(p, 1)
+        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg)
         specs.append((f, _Q))
         hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles

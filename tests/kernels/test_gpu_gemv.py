@@ -229,8 +229,8 @@ def test_tc_whole_same_bits(label, out, monkeypatch):
     at the square shapes it is for: one row gives the same bits as the plan's kernel and matches the reference;
     eight rows keep the plan's kernel and their row 3 equals that row alone. The 9B plan has 16 K ranges
     (``TENSORFOLD_TC_VWARPS``): its whole form runs 16 warps, its other launches 8 warps of two ranges, and both
-    equal the plain 16-warp kernel (``TENSORFOLD_TC_GEO``); with ``TENSORFOLD_TC_VWARPS=0`` (8 ranges) the whole
-    form takes the 16-byte scale loads."""
+    equal the plain 16-warp kernel summing its partial tiles two at a time first; with ``TENSORFOLD_TC_VWARPS=0``
+    (8 ranges) the whole form takes the 16-byte scale loads."""
     cuda = _cuda()
     P, S, B = _rand_q(out, out, 4, 64)
     monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
@@ -250,13 +250,12 @@ def test_tc_whole_same_bits(label, out, monkeypatch):
             got[v] = (dev(x[3:4]), dev(x))
         assert np.array_equal(got["0"][0].view(np.uint32), got["sq"][0].view(np.uint32)), (label, vw)
         assert np.array_equal(got["sq"][1][3:4].view(np.uint32), got["sq"][0].view(np.uint32)), (label, vw)
-        if dev.plan.mw:  # against the 16-warp kernel of one range a warp, at one and eight rows
-            monkeypatch.setenv("TENSORFOLD_TC_GEO", "4096x4096=2,16")
-            wide = _Dev(cuda, P, S, B, 4, 64)
-            assert (wide.plan.tpb, wide.plan.mw) == (512, 0), wide.plan
-            monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
-            for a, b in zip(got["sq"], (wide(x[3:4]), wide(x))):
-                assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), label
-            monkeypatch.delenv("TENSORFOLD_TC_GEO")
+        if dev.plan.mw:  # against the plain 16-warp kernel (one range a warp, partial tiles summed 2 at a time)
+            k = A.get_tc_kernel(4, 64, 1, 16, dev.plan.mt, dev.plan.u, "bf16", True, 1, rg=2)
+            for a, xr in zip(got["sq"], (x[3:4], x)):
+                y = cuda.to_device(np.full((1, xr.shape[0], out), np.nan, np.float32))
+                k[(out // (16 * dev.plan.mt), 1, 1), 512](*dev.d, cuda.to_device(xr), y, np.int32(xr.shape[0]),
+                                                          np.int32(0), np.int32(0))
+                assert np.array_equal(a.view(np.uint32), y.copy_to_host()[0].view(np.uint32)), label
     ref, bound = _ref(_xin(x[3:4], dev.plan), P, S, B, 4, 64)
     _check(got["sq"][0], ref, bound)

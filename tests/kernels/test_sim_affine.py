@@ -452,45 +452,59 @@ def test_tc_geo_override(monkeypatch):
 @pytest.mark.parametrize("case", ["even", "uneven_ks2", "one_warp"])
 def test_tc_vwarps_same_bits(case, monkeypatch):
     """``GemvPlan.mw`` (``_gen_tc_source(vs=...)``): a plan of ``nv`` K ranges launched with ``mw`` warps of
-    ``nv / mw`` ranges each gives the same bits, row by row, as the ``nv``-warp kernel and as the one-row whole-share
-    form at ``nv`` warps, at 1, 3 and 10 rows (both n-tile kernels), and matches the float64 reference. Cases: 4
-    ranges of 2 groups on 2 warps; 7 groups a block (ranges of 2, 2, 2, 1) with split-K over float32 scales on 2
-    warps; 4 ranges on one warp."""
+    ``nv / mw`` ranges each gives the same bits, row by row, as the ``nv``-warp kernel whose cross-warp sum adds
+    ``nv / mw`` partial tiles at a time first (``rg``, launched directly), and as the one-row whole-share form at
+    ``nv`` warps, at 1, 3 and 10 rows (both n-tile kernels); rows alone equal rows together; all match the
+    float64 reference. Cases: 4 ranges of 2 groups on 2 warps; 7 groups a block (ranges of 2, 2, 2, 1) with
+    split-K over float32 scales on 2 warps; 4 ranges on one warp."""
     bits, group = 4, 32
     nv, mw, ng, ks, kw = {"even": (4, 2, 8, 1, {}), "uneven_ks2": (4, 2, 7, 2, {"scale_dtype": "f32"}),
                           "one_warp": (4, 1, 8, 1, {})}[case]
+    vs = nv // mw
     K = ng * ks * group
     out = 40  # 32-row blocks: the second one partial
     P, S, B = _q(out, K, bits, group, **kw)
     x = rng.standard_normal((10, K)).astype(np.float32)
-    wide = A.GemvPlan(out, K, bits, group, 32 * nv, ks, True, 2, 2, True, 1, "pipe2")
-    split = A.GemvPlan(out, K, bits, group, 32 * nv, ks, True, 2, 2, True, 1, "pipe2", mw)
-    assert A.tc_geometry(split, 0) == (mw, nv // mw, 1) and A.tc_geometry(wide, 0) == (nv, 1, 2)
-    seen = []  # (warps, whole, vs) of every kernel lookup
-    lookup = A.get_tc_kernel
-    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append((a[3], k.get("whole", 0), k.get("vs", 1)))
-                        or lookup(*a, **k))
+    plan = A.GemvPlan(out, K, bits, group, 32 * nv, ks, True, 2, 2, True, 1, "pipe2", mw)
+    assert A.tc_geometry(plan, 0) == (mw, vs, 1, 1) and A.tc_geometry(plan, 1) == (nv, 1, ng // nv, vs)
+    sk = "f32" if kw else "bf16"
 
-    def run(plan, rows):
+    def wide(rows):  # nv warps, one range each, partial tiles summed vs at a time first
+        nt = 1 if rows <= 8 else 2
+        k = A.get_tc_kernel(bits, group, nt, nv, 2, 2, sk, True, 1, rg=vs)
+        y = np.full((ks, rows, out), np.nan, np.float32)
+        k[(2, -(-rows // (8 * nt)), ks), 32 * nv](P, S, B, x[:rows], y, np.int32(rows), np.int32(0), np.int32(0))
+        t = y[0]
+        for z in range(1, ks):  # the split-K reduce's order
+            t = t + y[z]
+        return t.view(np.uint32)
+
+    seen = []  # (warps, whole, vs) of every kernel lookup by the launch
+    lookup = A.get_tc_kernel
+
+    def run(rows):
         ws = np.full((ks, rows, out), np.nan, np.float32) if ks > 1 else None
         y = np.full((rows, out), np.nan, np.float32)
+        monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append((a[3], k.get("whole", 0),
+                                                                              k.get("vs", 1))) or lookup(*a, **k))
         A.launch_qgemv(P, S, B, x[:rows], y, bits, group, plan, ws=ws)
+        monkeypatch.setattr(A, "get_tc_kernel", lookup)
         assert not np.isnan(y).any()
         return y.view(np.uint32)
 
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
-    base = {r: run(wide, r) for r in (1, 3, 10)}
+    got = {r: run(r) for r in (1, 3, 10)}
+    assert seen == [(mw, 0, vs)] * 3, seen
     for r in (1, 3, 10):
-        assert np.array_equal(run(split, r), base[r]), r
-        assert np.array_equal(base[r][:1], base[1])  # rows alone or together
-    assert seen[3:] == [(mw, 0, nv // mw)] * 3, seen
+        assert np.array_equal(got[r], wide(r)), r
+        assert np.array_equal(got[r][:1], got[1]) and np.array_equal(got[10][:r], got[r]), r
     if case != "uneven_ks2":  # every range the same length: the whole form fits one row
         monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
         seen.clear()
-        assert np.array_equal(run(split, 1), base[1])
+        assert np.array_equal(run(1), got[1])
         assert seen == [(nv, 1, 1)], seen
     ref, bound = _ref(x, P, S, B, bits, group)
-    _check(base[10].view(np.float32), ref, bound, tol=1e-5)
+    _check(got[10].view(np.float32), ref, bound, tol=1e-5)
 
 
 def test_tc_vwarps_plan(monkeypatch):
@@ -501,7 +515,7 @@ def test_tc_vwarps_plan(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     p = A.plan_tc(4096, 4096, 4, 64)
     assert (p.variant, p.tpb, p.mw, p.ks, p.u) == ("pipe2", 512, 8, 1, 2)
-    assert A.tc_geometry(p, 0) == (8, 2, 1) and A.tc_geometry(p, 1) == (16, 1, 4)
+    assert A.tc_geometry(p, 0) == (8, 2, 1, 1) and A.tc_geometry(p, 1) == (16, 1, 4, 2)
     S = np.zeros((4096, 64), np.uint16)
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")
     assert A.tc_whole(p, 1, 1, False, None, S, S) == 1  # 4 groups a warp: scalar scale loads
@@ -511,7 +525,7 @@ def test_tc_vwarps_plan(monkeypatch):
     assert A.plan_tc(4096, 4096, 8, 64).mw == 0  # 4 words a lane and group
     monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "0")
     p0 = A.plan_tc(4096, 4096, 4, 64)
-    assert (p0.tpb, p0.mw) == (256, 0) and A.tc_geometry(p0, 0) == (8, 1, 2)
+    assert (p0.tpb, p0.mw) == (256, 0) and A.tc_geometry(p0, 0) == (8, 1, 2, 1)
     monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "sq")
     monkeypatch.setenv("TENSORFOLD_TC_GEO", "4096x4096=2,16")
     assert A.plan_tc(4096, 4096, 4, 64).mw == 0
