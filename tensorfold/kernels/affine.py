@@ -751,11 +751,13 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     ``rg`` (reduction groups, ``nw > 1``): the cross-warp sum adds the warps' partial tiles ``rg`` at a time first
     (``(p0 + p1) + p2 ..`` within a group), then the group sums in warp order.
 
-    ``vs`` (ranges a warp): the block's groups are split into ``nw * vs`` contiguous ranges as if it had ``nw *
-    vs`` warps; warp ``w`` runs ranges ``w * vs .. w * vs + vs - 1``, each into its own accumulators (``u`` groups
-    of each range an iteration), adds them in range order and hands that one partial tile to the cross-warp sum:
-    the same bits as the kernel of ``nw * vs`` warps with ``rg = vs``, with a ``vs``-th of its warps. A plan whose
-    one-row launches run the whole form at 16 warps runs its other launches this way at 8 (``GemvPlan.mw``)."""
+    ``vs`` (ranges a warp): the block's groups are split into ``nw * vs`` contiguous ranges of ``pw`` groups as if
+    it had ``nw * vs`` warps (``pw`` a multiple of ``u``: the launch checks). Warp ``w`` walks ranges ``w * vs ..
+    w * vs + vs - 1`` as one run of groups, like a warp of the plain kernel, but at each range's first iteration it
+    sets its accumulators aside (added to the earlier ranges' sum in range order) and starts from zero; at the end
+    it hands that sum over as its one partial tile. The same bits as the kernel of ``nw * vs`` warps with ``rg =
+    vs``, with a ``vs``-th of its warps. A plan whose one-row launches run the whole form at 16 warps runs its other
+    launches this way at 8 (``GemvPlan.mw``)."""
     assert depth >= 1 and (pipe or depth == 1)
     assert vs >= 1 and (vs == 1 or not (whole or l2 or rg > 1)) and nw % rg == 0
     assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
@@ -774,8 +776,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    warp = tid >> 5")
     a("    g = lane >> 2")
     a("    t = lane & 3")
-    nv = nw * vs  # the K ranges of a block
-    V = [""] + [f"_{v}" for v in range(1, vs)]  # name suffix of range v's bounds and accumulators
     if nw > 1:
         a(f"    red = cuda.shared.array(({nw}, {mt * nt * 4}, 32), np.float32)")
     a("    out = W.shape[0]")
@@ -789,13 +789,18 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    per = (ng + ks - 1) // ks")
     a("    gb = kz * per")
     a("    ge = min(ng, gb + per)")
-    a(f"    pw = (per + {nv - 1}) // {nv}")
-    a("    wb = gb + warp * pw" if vs == 1 else f"    wb = gb + warp * {vs} * pw")
-    a("    we = min(ge, wb + pw)")
-    for v in range(1, vs):
-        a(f"    wb{V[v]} = wb + {v} * pw")
-        a(f"    we{V[v]} = min(ge, wb{V[v]} + pw)")
-    a(f"    nit = (pw + {u - 1}) // {u}")
+    if vs == 1:
+        a(f"    pw = (per + {nw - 1}) // {nw}")
+        a("    wb = gb + warp * pw")
+        a("    we = min(ge, wb + pw)")
+        a(f"    nit = (pw + {u - 1}) // {u}")
+    else:  # the warp's vs ranges of pw groups (pw % u == 0), walked as one run; nir iterations a range
+        a(f"    pr = (per + {nw * vs - 1}) // {nw * vs}")
+        a(f"    pw = {vs} * pr")
+        a("    wb = gb + warp * pw")
+        a("    we = min(ge, wb + pw)")
+        a(f"    nir = pr // {u}")
+        a(f"    nit = {vs} * nir")
     a("    wpitch = W.shape[1]")
     a("    spitch = S.shape[1]")
     a("    xpitch = x.shape[1]")
@@ -816,21 +821,18 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"    xo{n} = xr{n} * xpitch + t * {cl}")
     a("    sa_lane = 8 * t")
     a("    sb_lane = 8 * t + 4")
-    for v in range(vs):
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(4):
-                    a(f"    acc{m}_{n}_{i}{V[v]} = np.float32(0.0)")
-
+    accs = [f"acc{m}_{n}_{i}" for m in range(mt) for n in range(nt) for i in range(4)]
+    for c in accs:
+        a(f"    {c} = np.float32(0.0)")
+        if vs > 1:
+            a(f"    {c}s = np.float32(0.0)")  # the earlier ranges' sum
     def loads(ind, pre, gexpr):
-        # every weight load of u groups of each range (groups past a range re-read its last group); slot
-        # s = range * u + group of the range
-        for s_ in range(vs * u):
-            r_, uu = divmod(s_, u)
-            a(f"{ind}wi = min({gexpr.format(V[r_])} + {uu}, Gl{V[r_]}) * {wpg}")
+        # every weight load of u groups (groups past the warp's range re-read its last group)
+        for uu in range(u):
+            a(f"{ind}wi = min({gexpr} + {uu}, Gl) * {wpg}")
             for m in range(mt):
                 for hname in ("a", "b"):
-                    v = f"{pre}{hname}{s_}_{m}"
+                    v = f"{pre}{hname}{uu}_{m}"
                     off = f"wo{hname}{m} + wi"
                     if lw == 1:
                         a(f"{ind}{v}_0 = _ldf(W, {off})")
@@ -841,12 +843,11 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                             a(f"{ind}{v}_{4 * q}, {v}_{4 * q + 1}, {v}_{4 * q + 2}, {v}_{4 * q + 3} = "
                               f"_ldf_u32x4(W, {off} + {4 * q})")
 
-    for v in range(vs):
-        a(f"    Gl{V[v]} = max(we{V[v]} - 1, 0)")
+    a("    Gl = max(we - 1, 0)")
     if pipe:
-        loads("    ", "w", "wb{}")
+        loads("    ", "w", "wb")
         for k in range(1, depth):
-            loads("    ", f"p{k}_", f"wb{{}} + {k * u}")
+            loads("    ", f"p{k}_", f"wb + {k * u}")
     if l2:  # the warp's share of W / S / B into L2 (rows ra / rb of the lane's quad; lines t, t + 4, ..)
         sel = 64 if sk == "bf16" else 32  # scale / bias elements a 128-byte line
         a("    if we > wb:")
@@ -902,18 +903,27 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     else:
         a("    for it in range(nit):")
         I = "        "
-        for v in range(vs):
-            a(f"{I}G0{V[v]} = wb{V[v]} + it * {u}")
-        for s_ in range(vs * u):
-            a(f"{I}Gc{s_} = min(G0{V[s_ // u]} + {s_ % u}, Gl{V[s_ // u]})")
+        if vs > 1:  # a new range: the sum so far aside, in range order (warp-uniform; once per range)
+            a(f"{I}if it == nir:")
+            for c in accs:
+                a(f"{I}    {c}s = {c}")
+                a(f"{I}    {c} = np.float32(0.0)")
+            if vs > 2:
+                a(f"{I}elif it > nir and it % nir == 0:")
+                for c in accs:
+                    a(f"{I}    {c}s = {c}s + {c}")
+                    a(f"{I}    {c} = np.float32(0.0)")
+        a(f"{I}G0 = wb + it * {u}")
+        for uu in range(u):
+            a(f"{I}Gc{uu} = min(G0 + {uu}, Gl)")
+    if not whole:  # (the whole form loaded every word before the wait)
         if pipe:
-            loads(I, f"p{depth}_", f"G0{{}} + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
+            loads(I, f"p{depth}_", f"G0 + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
         else:
-            loads(I, "w", "G0{}")
+            loads(I, "w", "G0")
     bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
-    for sl in range(vs * u):
-        rv, uu = divmod(sl, u)
-        a(f"{I}col = Gc{sl} * {group}")
+    for uu in range(u):
+        a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
             if nrm:  # one row, x made by the prologue in shared memory (by column)
@@ -936,8 +946,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 for h in ("a", "b"):
                     a(f"{I}s{h}, b{h} = {cv}(sv{h}{m}_{uu}), {cv}(bv{h}{m}_{uu})")
             else:
-                a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{sl})")
-                a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{sl})")
+                a(f"{I}sa, ba = {sbf}(S, B, soa{m} + Gc{uu})")
+                a(f"{I}sb, bb = {sbf}(S, B, sob{m} + Gc{uu})")
             zeros = "np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)"
             for n in range(nt):
                 a(f"{I}" + ", ".join(f"d{n}_{i}" for i in range(4)) + f" = {zeros}")
@@ -949,8 +959,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     npairs = 2 if bits == 8 else 32 // bits // 2
                     pa = ", ".join(f"pa{j}_{i}" for i in range(npairs))
                     pb = ", ".join(f"pb{j}_{i}" for i in range(npairs))
-                    a(f"{I}{pa} = _tcdec(wa{sl}_{m}_{j})")
-                    a(f"{I}{pb} = _tcdec(wb{sl}_{m}_{j})")
+                    a(f"{I}{pa} = _tcdec(wa{uu}_{m}_{j})")
+                    a(f"{I}{pb} = _tcdec(wb{uu}_{m}_{j})")
                     per_word[j] = True
                 i0, i1 = (0, 1) if bits == 8 else dec
                 for n in range(nt):
@@ -966,26 +976,26 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                 # a group past the warp's range (re-read data) counts 0 times: a select and 4 multiplies, no branch
                 # (the whole-share form has none: x 1.0 is exact, so dropping it keeps the bits)
                 if not whole:
-                    a(f"{I}vf = np.float32(1.0) if G0{V[rv]} + {uu} < we{V[rv]} else np.float32(0.0)")
+                    a(f"{I}vf = np.float32(1.0) if G0 + {uu} < we else np.float32(0.0)")
                     a(f"{I}sa, ba, sb, bb = sa * vf, ba * vf, sb * vf, bb * vf")
                 for n in range(nt):
-                    cc = ", ".join(f"acc{m}_{n}_{i}{V[rv]}" for i in range(4))
+                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
                     dd = ", ".join(f"d{n}_{i} + e{n}_{i}" for i in range(4))
                     a(f"{I}{cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
             else:
-                a(f"{I}if G0{V[rv]} + {uu} < we{V[rv]}:")
+                a(f"{I}if G0 + {uu} < we:")
                 for n in range(nt):
-                    cc = ", ".join(f"acc{m}_{n}_{i}{V[rv]}" for i in range(4))
+                    cc = ", ".join(f"acc{m}_{n}_{i}" for i in range(4))
                     dd = ", ".join(f"d{n}_{i}" for i in range(4))
                     a(f"{I}    {cc} = _tc_epi({cc}, {dd}, sa, ba, sb, bb, sxa{n}, sxb{n})")
     if pipe and not whole:
         ring = ["w"] + [f"p{k}_" for k in range(1, depth + 1)]
         for dst, src in zip(ring[:-1], ring[1:]):
-            for sl in range(vs * u):
+            for uu in range(u):
                 for m in range(mt):
                     for hname in ("a", "b"):
                         for j in range(lw):
-                            a(f"{I}{dst}{hname}{sl}_{m}_{j} = {src}{hname}{sl}_{m}_{j}")
+                            a(f"{I}{dst}{hname}{uu}_{m}_{j} = {src}{hname}{uu}_{m}_{j}")
     if _device.gemv_trigger_here("end"):
         a("    pdl_trigger()")
     # cross-warp sum in warp order (entry k summed and stored by warp k % nw), then store
@@ -1001,11 +1011,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{J}if {o} < hout and {r} < R:")
         a(f"{J}    y[kz, {r}, {o}] = swiglu({vg}, {vu})")
 
-    for v in range(1, vs):  # a warp's ranges in order: its partial tile
-        for m in range(mt):
-            for n in range(nt):
-                for i in range(4):
-                    a(f"    acc{m}_{n}_{i} = acc{m}_{n}_{i} + acc{m}_{n}_{i}{V[v]}")
+    if vs > 1:  # the last range added to the earlier ranges' sum: the warp's partial tile
+        a("    if nit > nir:")
+        for c in accs:
+            a(f"        {c} = {c}s + {c}")
     if nw > 1:  # the warps' partial tiles through shared memory
         for m in range(mt):
             for n in range(nt):
@@ -1298,8 +1307,9 @@ def tc_geometry(plan, whole: int):
     vs = nw // plan.mw if plan.mw and plan.mw < nw else 1
     if whole:
         return nw, 1, plan.inp // plan.group // (plan.ks * nw), vs
-    if vs > 1:
-        return plan.mw, vs, max(1, plan.u // vs), 1
+    if vs > 1:  # a range's groups in whole iterations: u when it divides them, else 1
+        pr = -(-(-(-(plan.inp // plan.group) // plan.ks)) // nw)
+        return plan.mw, vs, plan.u if pr % plan.u == 0 else 1, 1
     return nw, 1, plan.u, 1
 
 

@@ -455,10 +455,11 @@ def test_tc_vwarps_same_bits(case, monkeypatch):
     ``nv / mw`` ranges each gives the same bits, row by row, as the ``nv``-warp kernel whose cross-warp sum adds
     ``nv / mw`` partial tiles at a time first (``rg``, launched directly), and as the one-row whole-share form at
     ``nv`` warps, at 1, 3 and 10 rows (both n-tile kernels); rows alone equal rows together; all match the
-    float64 reference. Cases: 4 ranges of 2 groups on 2 warps; 7 groups a block (ranges of 2, 2, 2, 1) with
-    split-K over float32 scales on 2 warps; 4 ranges on one warp."""
+    float64 reference. Cases: 4 ranges of 2 groups on 2 warps (2 groups an iteration); 9 groups a block (ranges
+    of 3, 3, 3 and an empty one, one group an iteration) with split-K over float32 scales on 2 warps; 4 ranges on
+    one warp."""
     bits, group = 4, 32
-    nv, mw, ng, ks, kw = {"even": (4, 2, 8, 1, {}), "uneven_ks2": (4, 2, 7, 2, {"scale_dtype": "f32"}),
+    nv, mw, ng, ks, kw = {"even": (4, 2, 8, 1, {}), "uneven_ks2": (4, 2, 9, 2, {"scale_dtype": "f32"}),
                           "one_warp": (4, 1, 8, 1, {})}[case]
     vs = nv // mw
     K = ng * ks * group
@@ -466,7 +467,8 @@ def test_tc_vwarps_same_bits(case, monkeypatch):
     P, S, B = _q(out, K, bits, group, **kw)
     x = rng.standard_normal((10, K)).astype(np.float32)
     plan = A.GemvPlan(out, K, bits, group, 32 * nv, ks, True, 2, 2, True, 1, "pipe2", mw)
-    assert A.tc_geometry(plan, 0) == (mw, vs, 1, 1) and A.tc_geometry(plan, 1) == (nv, 1, ng // nv, vs)
+    assert A.tc_geometry(plan, 0) == (mw, vs, 1 if ng % nv else 2, 1)
+    assert A.tc_geometry(plan, 1) == (nv, 1, ng // nv, vs)
     sk = "f32" if kw else "bf16"
 
     def wide(rows):  # nv warps, one range each, partial tiles summed vs at a time first
@@ -515,7 +517,7 @@ def test_tc_vwarps_plan(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     p = A.plan_tc(4096, 4096, 4, 64)
     assert (p.variant, p.tpb, p.mw, p.ks, p.u) == ("pipe2", 512, 8, 1, 2)
-    assert A.tc_geometry(p, 0) == (8, 2, 1, 1) and A.tc_geometry(p, 1) == (16, 1, 4, 2)
+    assert A.tc_geometry(p, 0) == (8, 2, 2, 1) and A.tc_geometry(p, 1) == (16, 1, 4, 2)
     S = np.zeros((4096, 64), np.uint16)
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")
     assert A.tc_whole(p, 1, 1, False, None, S, S) == 1  # 4 groups a warp: scalar scale loads
