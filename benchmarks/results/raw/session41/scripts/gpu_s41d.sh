@@ -7,6 +7,7 @@
 # shared memory, as before); the whole form sums its 16 two at a time first (same bits).
 # (1) GPU: the 9B out_proj real-shape test (rows 1/2/8/16 alone = together) and the whole / vwarps same-bits tests
 #     (the other shapes run kernels whose source is unchanged: vs 1, rg 1).
+# (order: tests, decode, timeline; the budget may cut the tail)
 # (2) tc_timeline 4096 x 4096: predicted plan 10.1-10.4 (the 8-range plan's 10.14-10.2), whole 9.2 us under PDL.
 # (3) 9B decode VWARPS 0 vs sq, one process each, alternated: predicted one stream +1.4 %, eight a tie.
 . benchmarks/_dec.sh
@@ -16,9 +17,6 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader > "$R/gpu.txt"; 
 ptest gemv 150 tests/kernels/test_gpu_gemv.py -k "whole or (real_shapes and 9B)" -s
 pack
 echo "== tests done at $((SECONDS - t0)) s"
-timeout 80 python3 benchmarks/tc_timeline.py --shapes 4096x4096 --whole --out "$R" > "$R/tc_timeline.txt" 2>&1
-echo "== timeline rc $? at $((SECONDS - t0)) s"; grep -h "us per launch\|same bits\|Error" "$R/tc_timeline.txt" | head
-pack
 for r in 1 2; do
     for vw in 0 sq; do
         TENSORFOLD_TC_VWARPS=$vw timeout 80 python3 benchmarks/bench_decode.py --geometry 9b --root /tmp/tfm \
@@ -26,7 +24,10 @@ for r in 1 2; do
         echo "== 9b vwarps $vw round $r rc $? at $((SECONDS - t0)) s"
         grep -h "decode \|Error" "$R/vw_${r}_$vw.txt" | head -4
         pack
-        [ $((SECONDS - t0)) -gt 200 ] && break 2
+        [ $((SECONDS - t0)) -gt 150 ] && break 2
     done
 done
+timeout 80 python3 benchmarks/tc_timeline.py --shapes 4096x4096 --whole --out "$R" > "$R/tc_timeline.txt" 2>&1
+echo "== timeline rc $? at $((SECONDS - t0)) s"; grep -h "us per launch\|same bits\|Error" "$R/tc_timeline.txt" | head
+pack
 echo "== done at $((SECONDS - t0)) s"
