@@ -1293,7 +1293,9 @@ def _tc_vwarps() -> bool:
     16-warp plan for every row count (``TENSORFOLD_TC_GEO=4096x4096=2,16``) 360.0 / 1,927.5 and 360.0 / 1,928.8
     against the 8-warp plan's 354.6 / 1,958.9 and 354.5 / 1,959.6: one row +1.5 % (``tc_timeline``: the whole
     form under PDL 9.77 -> 9.17 us a launch), eight rows -1.6 % (the plain kernel at 16 warps is held to 128
-    registers). This plan keeps the one-row gain and gives eight rows the 8-warp kernel."""
+    registers). This plan keeps the one-row gain and gives eight rows an 8-warp kernel: 0 -> sq, one process each,
+    354.2 / 1,955.4 -> 359.8 / 1,946.8 tok/s (+1.6 % / -0.4 %). The first tensor-core kernel's L2 prefetch
+    (``tc_l2``) does not apply to launches of two ranges a warp."""
     return env_choice("TENSORFOLD_TC_VWARPS", "sq", ("0", "sq"), "first tensor-core kernel's 16 K ranges") == "sq"
 
 
