@@ -1303,8 +1303,8 @@ def tc_geometry(plan, whole: int):
     """(warps a block, K ranges a warp, groups of a range an iteration, reduction groups) of a first-kernel launch
     of ``plan`` (``_gen_tc_source``'s ``nw``, ``vs``, ``u``, ``rg``): ``whole`` (:func:`tc_whole`'s value for the
     launch) runs every range as one warp's whole share; otherwise a plan with ``mw`` runs ``mw`` warps of ``tpb //
-    32 // mw`` ranges each, ``u`` split between them (the same groups an iteration). A plan with ``mw`` sums its
-    ranges' partial tiles ``tpb // 32 // mw`` at a time first, in both forms (the same bits)."""
+    32 // mw`` ranges each, ``u`` groups an iteration where that divides a range's groups, else 1. A plan with
+    ``mw`` sums its ranges' partial tiles ``tpb // 32 // mw`` at a time first, in both forms (the same bits)."""
     nw = plan.tpb // 32
     vs = nw // plan.mw if plan.mw and plan.mw < nw else 1
     if whole:
@@ -1744,15 +1744,13 @@ def _specs():
             specs.append((f, _QN))
             hot.add(f.__name__)
     # the L2 prefetch before the wait (TENSORFOLD_TC_L2) at the square plans it is for: the 2B out_proj / o_proj
-    # (2048 x 2048, w16) and the 9B ones (4096 x 4096, pipe2) where their plan runs one K range a warp, one n-tile
-    # (hot)
+    # (2048 x 2048, w16) and the 9B ones (4096 x 4096, pipe2 at 8 K ranges: TENSORFOLD_TC_VWARPS=0), one n-tile (hot)
     for out in (2048, 4096):
         p = plan_tc(out, out, 4, 64)
-        nw, vs, u, _ = tc_geometry(p, 0)
-        if vs == 1:
-            f = get_tc_pyfunc(4, 64, 1, nw, p.mt, u, "bf16", p.pipe, p.depth, l2=True)
-            specs.append((f, _Q))
-            hot.add(f.__name__)
+        nw = p.mw or p.tpb // 32
+        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
     # the 9B square plan's launches of more than one row (TENSORFOLD_TC_VWARPS: 8 warps of two K ranges), both
     # n-tiles (hot)
     p = plan_tc(4096, 4096, 4, 64)
@@ -1771,6 +1769,10 @@ def _specs():
         f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg)
         specs.append((f, _Q))
         hot.add(f.__name__)
+    # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
+    f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
+    specs.append((f, _Q))
+    hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles
     p = plan_tc(12288, 4096, 8, 64, variant="w16d2")
     for nt in (1, 2):
