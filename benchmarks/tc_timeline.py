@@ -6,7 +6,8 @@ inside a captured CUDA graph with rotated weights, with and without PDL. The fir
 Each warp's lane 0 records, in ns: its start, the PDL wait's return, x ready (the whole-share form's staging
 barrier; the wait otherwise), the end of its groups, the reduction barrier's entry and exit, and the kernel's end.
 Forms: the shape's plan (``plan``), and with ``--whole`` its whole-share form (``TENSORFOLD_TC_WHOLE``; the same
-bits), each at one row.
+bits), with ``--half`` also that form with half the share loaded after the wait (``TENSORFOLD_TC_WHOLE_HALF``),
+each at one row.
 
     python3 benchmarks/tc_timeline.py --shapes 4096x4096,2048x2048 --whole --out DIR
 """
@@ -82,9 +83,10 @@ def instrument(src: str, nw: int, whole: bool) -> str:
     return "\n".join(out + body) + "\n"
 
 
-def build(plan, whole: int):
+def build(plan, whole: int, half: bool = False):
     """(kernel, warps, u): the instrumented first kernel of ``plan`` at one row as ``launch_qgemv`` runs it
-    (``whole``: its whole-share form; otherwise a plan's ``mw`` warps of several K ranges each)."""
+    (``whole``: its whole-share form, with ``half``: half the share loaded after the wait as under
+    ``TENSORFOLD_TC_WHOLE_HALF=1``; otherwise a plan's ``mw`` warps of several K ranges each)."""
     from numba import cuda
 
     from tensorfold.kernels import affine as A
@@ -92,9 +94,10 @@ def build(plan, whole: int):
 
     gtimer, smid = _intrinsics()
     nw, vs, u, rg = A.tc_geometry(plan, whole)
-    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}_rg{rg}"
+    wpre = u // 2 if half and whole and u >= 2 else 0
+    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}_rg{rg}_pre{wpre}"
     src = A._gen_tc_source(name, plan.bits, plan.group, 1, nw, plan.mt, u, "bf16", plan.pipe,
-                           1 if whole else plan.depth, whole=whole, vs=vs, rg=rg)
+                           1 if whole else plan.depth, whole=whole, vs=vs, rg=rg, wpre=wpre)
     src = instrument(src, nw, bool(whole))
     extra = dict(A._tc_helpers(plan.bits, plan.group), _tc_mma2=A._tc_mma2, _tc_epi=A._tc_epi,
                  _tc_sb_bf16=A._tc_sb_bf16, _tc_sb_f=A._tc_sb_f, mma_bf16=A.mma_bf16, swiglu=A.swiglu,
@@ -108,6 +111,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="4096x4096,2048x2048", help="OUTxIN list")
     ap.add_argument("--whole", action="store_true", help="the whole-share form too")
+    ap.add_argument("--half", action="store_true", help="and the whole form with half its share after the wait")
     ap.add_argument("--forms", default="", help='more geometries of the plan\'s variant, "mt,warps[,w]" ";"-separated '
                     '(w: 1 for their whole-share form), e.g. "2,16,1;1,8,1"')
     ap.add_argument("--n", type=int, default=24, help="launches in a graph")
@@ -137,7 +141,9 @@ def main(argv=None):
         if args.whole:  # the value tc_whole gives these bf16 arrays
             pw = inp // 64 // (plan.ks * (plan.tpb // 32))
             forms.append(("whole", 8 if pw % 8 == 0 else 1))
-        plans = {"plan": plan, "whole": plan}
+            if args.half:
+                forms.append(("whole half", forms[-1][1]))
+        plans = {"plan": plan, "whole": plan, "whole half": plan}
         for f in [f for f in args.forms.split(";") if f]:
             mt, nw, *w = (int(v) for v in f.split(","))
             p2 = dataclasses.replace(plan, mt=mt, tpb=32 * nw, mw=0)
@@ -148,7 +154,7 @@ def main(argv=None):
         ys = {}
         for form, whole in forms:
             plan = plans[form]
-            k, nw, u = build(plan, whole)
+            k, nw, u = build(plan, whole, form.endswith(" half"))
             y = cuda.device_array((plan.ks, 1, out), dtype="float32")
             res.setdefault("geometry", {})[form] = f"mt {plan.mt} nw {nw} ks {plan.ks} u {u}"
             gx = -(-out // (16 * plan.mt))
@@ -171,6 +177,10 @@ def main(argv=None):
         if "whole" in ys:  # the first launch used weights 0 in both forms: the same bits
             res["same bits"] = bool(np.array_equal(ys["plan"].view(np.uint32), ys["whole"].view(np.uint32)))
             print(f"{spec}: same bits {res['same bits']}", flush=True)
+        if "whole half" in ys:
+            res["same bits whole half"] = bool(np.array_equal(ys["whole"].view(np.uint32),
+                                                              ys["whole half"].view(np.uint32)))
+            print(f"{spec}: whole half same bits as whole {res['same bits whole half']}", flush=True)
         for nm in [n for n in ys if n.endswith(" whole")]:  # a geometry's whole form against its plain form
             if nm[:-6] in ys:
                 same = bool(np.array_equal(ys[nm[:-6]].view(np.uint32), ys[nm].view(np.uint32)))

@@ -16,10 +16,11 @@ import tc_timeline as TL  # noqa: E402
 from tensorfold.kernels import affine as A  # noqa: E402
 
 
-@pytest.mark.parametrize("nw,mt,u,whole,vs", [(8, 2, 2, 0, 1), (8, 2, 8, 8, 1), (16, 1, 2, 1, 1), (1, 2, 2, 0, 1),
-                                              (1, 1, 4, 1, 1), (8, 2, 1, 0, 2), (16, 2, 4, 1, 1)])
-def test_stamps_placed_once_in_order(nw, mt, u, whole, vs):
-    src = A._gen_tc_source("k", 4, 64, 1, nw, mt, u, "bf16", True, 1, whole=whole, vs=vs)
+@pytest.mark.parametrize("nw,mt,u,whole,vs,wpre", [(8, 2, 2, 0, 1, 0), (8, 2, 8, 8, 1, 0), (16, 1, 2, 1, 1, 0),
+                                                   (1, 2, 2, 0, 1, 0), (1, 1, 4, 1, 1, 0), (8, 2, 2, 0, 2, 0),
+                                                   (16, 2, 4, 1, 1, 0), (16, 2, 4, 1, 1, 2), (8, 2, 8, 8, 1, 4)])
+def test_stamps_placed_once_in_order(nw, mt, u, whole, vs, wpre):
+    src = A._gen_tc_source("k", 4, 64, 1, nw, mt, u, "bf16", True, 1, whole=whole, vs=vs, wpre=wpre)
     out = TL.instrument(src, nw, bool(whole))
     compile(out, "<tl>", "exec")
     assert out.splitlines()[0].endswith(", tl):")

@@ -710,7 +710,7 @@ def _tc_sb_f(S, B, off):
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
                    pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False,
-                   whole: int = 0, vs: int = 1, rg: int = 1) -> str:
+                   whole: int = 0, vs: int = 1, rg: int = 1, wpre: int = 0) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -748,6 +748,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     ``u`` groups as one straight block, no loop, no multiply by the in-range flag. The same operations in the same
     order as the pipelined kernel with ``u`` groups an iteration: the same bits as the plan's kernel.
 
+    ``wpre`` (whole form only; 0 = all): the weight words of the warp's first ``wpre`` groups are loaded before the
+    wait, the rest right after x's loads are issued (before x is stored to shared memory), so x's loads queue
+    behind less; load order only, the same bits.
+
     ``rg`` (reduction groups, ``nw > 1``): the cross-warp sum adds the warps' partial tiles ``rg`` at a time first
     (``(p0 + p1) + p2 ..`` within a group), then the group sums in warp order.
 
@@ -760,6 +764,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     launches this way at 8 (``GemvPlan.mw``)."""
     assert depth >= 1 and (pipe or depth == 1)
     assert vs >= 1 and (vs == 1 or not (whole or l2 or rg > 1)) and nw % rg == 0
+    assert wpre == 0 or (whole and 0 < wpre < u)
     assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
                          and u % whole == 0)
     lw, cl, steps = _tc_lane_layout(bits, group)
@@ -826,9 +831,9 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"    {c} = np.float32(0.0)")
         if vs > 1:
             a(f"    {c}s = np.float32(0.0)")  # the earlier ranges' sum
-    def loads(ind, pre, gexpr):
-        # every weight load of u groups (groups past the warp's range re-read its last group)
-        for uu in range(u):
+    def loads(ind, pre, gexpr, lo=0, hi=u):
+        # every weight load of groups lo .. hi - 1 of u (groups past the warp's range re-read its last group)
+        for uu in range(lo, hi):
             a(f"{ind}wi = min({gexpr} + {uu}, Gl) * {wpg}")
             for m in range(mt):
                 for hname in ("a", "b"):
@@ -845,7 +850,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
     a("    Gl = max(we - 1, 0)")
     if pipe:
-        loads("    ", "w", "wb")
+        loads("    ", "w", "wb", 0, wpre or u)
         for k in range(1, depth):
             loads("    ", f"p{k}_", f"wb + {k * u}")
     if l2:  # the warp's share of W / S / B into L2 (rows ra / rb of the lane's quad; lines t, t + 4, ..)
@@ -891,6 +896,8 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             a(f"    xe{j} = (tid + {j * nw * 32}) * 4")
             a(f"    xe{j}c = xe{j} if xe{j} < {kb} else 0")
             a(f"    xv{j}_0, xv{j}_1, xv{j}_2, xv{j}_3 = _ldf_f32x4(x, xb0 + xe{j}c)")
+        if wpre:  # the rest of the share, behind x's loads
+            loads("    ", "w", "wb", wpre, u)
         for j in range(nst):
             a(f"    if xe{j} < {kb}:")
             for e in range(4):
@@ -1054,10 +1061,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1):
-    glu, l2, whole, vs, rg = bool(glu), bool(l2), int(whole), int(vs), int(rg)
+                  vs: int = 1, rg: int = 1, wpre: int = 0):
+    glu, l2, whole, vs, rg, wpre = bool(glu), bool(l2), int(whole), int(vs), int(rg), int(wpre)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -1074,6 +1081,8 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += f"_vs{vs}"
         if rg > 1:
             name += f"_rg{rg}"
+        if wpre:
+            name += f"_pre{wpre}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
@@ -1085,21 +1094,21 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
         if whole:
             extra.update(_ldf_h8=_ldf_h8, _bf_hi=_qgemv3._bf_hi, bf16_to_f32=bf16_to_f32)
         _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2,
-                                                   whole, vs, rg), extra)
+                                                   whole, vs, rg, wpre), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1):
+                  vs: int = 1, rg: int = 1, wpre: int = 0):
     key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
-           int(whole), int(vs), int(rg))
+           int(whole), int(vs), int(rg), int(wpre))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
-                                                 vs, rg), **kw)
+                                                 vs, rg, wpre), **kw)
     return _KCACHE[key]
 
 
@@ -1390,6 +1399,17 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     return 1
 
 
+def tc_whole_pre(u: int) -> int:
+    """``TENSORFOLD_TC_WHOLE_HALF`` (read at each launch; ``0`` default, ``1``): a whole-form launch of ``u`` groups
+    a warp (``u >= 2``) loads the first ``u // 2`` groups' weight words before the PDL wait and the rest right after
+    x's loads (``_gen_tc_source(wpre=...)``), as its ``wpre`` argument (0: all before the wait). Load order only:
+    the same bits. Unmeasured (session 41, opt-in). Session 40's timeline of the 9B whole form: x reaches shared
+    memory 2.3-3.1 us after the wait, queued behind the weights issued before it, and the arithmetic then takes
+    3.3-3.6 us; with half the share behind x, the first half's arithmetic may overlap the second half's arrival."""
+    v = env_choice("TENSORFOLD_TC_WHOLE_HALF", "0", ("0", "1"), "whole form's half share after the wait")
+    return u // 2 if v == "1" and u >= 2 else 0
+
+
 def _dev_ptr(a) -> int:
     return int(a.__cuda_array_interface__["data"][0])
 
@@ -1533,7 +1553,8 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         nw, vs, u, rg = tc_geometry(plan, wh)
         tpb = 32 * nw
         if wh:
-            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg)
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg,
+                              wpre=tc_whole_pre(u))
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
                               vs == 1 and tc_l2(out, inp), vs=vs)
@@ -1771,6 +1792,13 @@ def _specs():
         hot.add(f.__name__)
     # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
     f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
+    specs.append((f, _Q))
+    hot.add(f.__name__)
+    # ... and the 9B one with half its share loaded after the wait (TENSORFOLD_TC_WHOLE_HALF=1)
+    p = plan_tc(4096, 4096, 4, 64)
+    nw, _, pw, rg = tc_geometry(p, 1)
+    f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg,
+                      wpre=pw // 2)
     specs.append((f, _Q))
     hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles

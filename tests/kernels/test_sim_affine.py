@@ -393,6 +393,14 @@ def test_tc_whole_same_bits(case, monkeypatch):
     assert np.array_equal(base.view(np.uint32), y1.view(np.uint32))
     ref, bound = _ref(x[:1], P, S, B, bits, group)
     _check(y1, ref, bound, tol=1e-5)
+    # TENSORFOLD_TC_WHOLE_HALF: half the warp's weight words after the wait, behind x's loads (the same bits)
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", "1")
+    pres = []
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: pres.append(k.get("wpre", 0)) or lookup(*a, **k))
+    assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
+    assert pres == [pw // 2], pres
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", "0")
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("whole", 0)) or lookup(*a, **k))
     seen.clear()
     y2 = run(2)  # two rows: the plan's kernel; row 0 the same bits as alone
     assert seen == [0]
