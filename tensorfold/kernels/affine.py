@@ -1315,11 +1315,13 @@ def tc_geometry(plan, whole: int):
     32 // mw`` ranges each, ``u`` groups an iteration where that divides a range's groups, else 1. A plan with
     ``mw`` sums its ranges' partial tiles ``tpb // 32 // mw`` at a time first, in both forms (the same bits)."""
     nw = plan.tpb // 32
+    ng = plan.inp // plan.group
     vs = nw // plan.mw if plan.mw and plan.mw < nw else 1
     if whole:
-        return nw, 1, plan.inp // plan.group // (plan.ks * nw), vs
+        return nw, 1, ng // (plan.ks * nw), vs
     if vs > 1:  # a range's groups in whole iterations: u when it divides them, else 1
-        pr = -(-(-(-(plan.inp // plan.group) // plan.ks)) // nw)
+        per = -(-ng // plan.ks)  # groups a block (the kernel's `per`)
+        pr = -(-per // nw)  # groups a range
         return plan.mw, vs, plan.u if pr % plan.u == 0 else 1, 1
     return nw, 1, plan.u, 1
 
