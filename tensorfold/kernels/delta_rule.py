@@ -313,7 +313,7 @@ def _conv_ch(x, cw, tail, slot, src, ch):
     return silu32(acc)
 
 
-def _make_recurrent(general, fused=False):
+def _make_recurrent(general, fused=False, early=True, tail=True):
     """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
     so both run the same float operations in the same order (the flags are compile-time constants).
 
@@ -324,9 +324,15 @@ def _make_recurrent(general, fused=False):
     ``compact.conv_commit``), and after its rows the last of a head's column-slice blocks to arrive (a per
     (segment, head) counter in ``ctr``, reset by that block) applies the gated RMSNorm of the head's rows (``o``
     re-read from L2) into ``gn`` with the arithmetic of ``norms.gated_rms_norm_k``. The unfused kernels get zero-size
-    stand-ins for the extra arguments (those branches are compiled out)."""
+    stand-ins for the extra arguments (those branches are compiled out).
+
+    ``early`` (fused only): a row's gate inputs ``a`` / ``b`` are loaded before the conv's loads, so their round
+    trip overlaps the conv instead of following its barrier (load order only: the same bits). ``tail=False``
+    (diagnostic, fused only; WRONG results): no arrival fence / counter and no gated norm, to time what they cost."""
     GEN = general
     FUSED = fused
+    EARLY = fused and early
+    TAIL = tail or not fused
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
              log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
@@ -455,6 +461,9 @@ def _make_recurrent(general, fused=False):
                 if li > 0 and p != r - 1:
                     bad = True  # not a chain: this path keeps no history (trees need the logged path)
             # the row's inputs: q / k rows of this thread (0 past Dk), v columns, gate inputs
+            if EARLY:
+                av = a[r, hv]
+                bv = b[r, hv]
             if FUSED:
                 # the conv window of row r, newest first: rows along the parent chain, then the tail (oldest
                 # first in ``tail``): src >= 0 is a row of qkv, src < 0 the tail row -1 - src
@@ -494,8 +503,9 @@ def _make_recurrent(general, fused=False):
                     kv[t] = qkv[r, koff + i]
                 for j in range(CPT):
                     vv[j] = qkv[r, voff + j]
-            av = a[r, hv]
-            bv = b[r, hv]
+            if not EARLY:
+                av = a[r, hv]
+                bv = b[r, hv]
             for t in range(SKP):
                 if rg + SRG * t >= Dk:
                     qv[t] = float32(0.0)
@@ -605,7 +615,7 @@ def _make_recurrent(general, fused=False):
                     o3 = o0
                 _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
             cur = r
-        if FUSED:
+        if FUSED and TAIL:
             # arrival of this column slice: every thread's o stores fenced, one atomic per block -- before the
             # state write-back, so the fence does not wait for those stores
             cuda.threadfence()
@@ -617,7 +627,7 @@ def _make_recurrent(general, fused=False):
                 i = rg + SRG * t
                 if i < Dk:
                     _st4(state, slot, hv, i, c0, S[t * CPT], S[t * CPT + 1], S[t * CPT + 2], S[t * CPT + 3])
-        if FUSED:
+        if FUSED and TAIL:
             # the last slice of the head to arrive applies the gated RMSNorm to the head's rows (o re-read from L2),
             # one warp a row, with the arithmetic of ``norms.gated_rms_norm_k`` (lane-strided columns, the same
             # butterfly, the same products), so gn equals the three-launch path bit for bit
@@ -665,6 +675,12 @@ gdn_fused_recurrent = _make_recurrent(True, True)
 gdn_fused_recurrent.__name__ = gdn_fused_recurrent.__qualname__ = "gdn_fused_recurrent"
 gdn_fused_step = _make_recurrent(False, True)
 gdn_fused_step.__name__ = gdn_fused_step.__qualname__ = "gdn_fused_step"
+# diagnostics for a device A/B (TENSORFOLD_GDN_DIAG, read a launch): the gate loads after the conv (the form
+# before session 42), and the step without its norm tail (wrong results: timing only)
+gdn_fused_step_late = _make_recurrent(False, True, early=False)
+gdn_fused_step_late.__name__ = gdn_fused_step_late.__qualname__ = "gdn_fused_step_late"
+gdn_fused_step_notail = _make_recurrent(False, True, tail=False)
+gdn_fused_step_notail.__name__ = gdn_fused_step_notail.__qualname__ = "gdn_fused_step_notail"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1037,6 +1053,7 @@ k_recurrent = _kcache.kjit(gdn_recurrent)
 k_step = _kcache.kjit(gdn_step)
 k_fused_recurrent = _kcache.kjit(gdn_fused_recurrent)
 k_fused_step = _kcache.kjit(gdn_fused_step)
+_K_DIAG = {"late": _kcache.kjit(gdn_fused_step_late), "notail": _kcache.kjit(gdn_fused_step_notail)}
 k_prep = _kcache.kjit(gdn_prep)
 k_chunk_intra = _kcache.kjit(gdn_chunk_intra)
 k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
@@ -1143,7 +1160,8 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
     ns = seg_len.shape[0] if nseg is None else nseg
     if cnt.shape[0] < ns or cnt.shape[1] < Hv:
         raise ValueError(f"launch_fused: counters {cnt.shape} for {ns} segments x {Hv} heads")
-    k = k_fused_recurrent if log_d.shape[0] > 0 else k_fused_step
+    k = k_fused_recurrent if log_d.shape[0] > 0 else _K_DIAG.get(os.environ.get("TENSORFOLD_GDN_DIAG", ""),
+                                                                   k_fused_step)
     ac = 0 if act in ("silu", "swish") else 1
     k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
         x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
