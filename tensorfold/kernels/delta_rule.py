@@ -60,8 +60,9 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import FULL_MASK, IS_SIM, devfn, env_choice, pdl_begin, pdl_trigger, pdl_wait, warp_sum
-from . import _kcache, delta_chunk_tc, delta_intra_tc
+from ._device import (FULL_MASK, IS_SIM, cluster_arrive, cluster_wait, devfn, dsm_ld, env_choice, pdl_begin,
+                      pdl_trigger, pdl_wait, warp_sum)
+from . import _kcache, _pdl, delta_chunk_tc, delta_intra_tc
 from .conv import silu32
 
 VS = 32  # value columns per block (one warp's lanes)
@@ -313,7 +314,7 @@ def _conv_ch(x, cw, tail, slot, src, ch):
     return silu32(acc)
 
 
-def _make_recurrent(general, fused=False, early=True, tail=True):
+def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
     """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
     so both run the same float operations in the same order (the flags are compile-time constants).
 
@@ -328,11 +329,19 @@ def _make_recurrent(general, fused=False, early=True, tail=True):
 
     ``early`` (fused only): a row's gate inputs ``a`` / ``b`` are loaded before the conv's loads, so their round
     trip overlaps the conv instead of following its barrier (load order only: the same bits). ``tail=False``
-    (diagnostic, fused only; WRONG results): no arrival fence / counter and no gated norm, to time what they cost."""
+    (diagnostic, fused only; WRONG results): no arrival fence / counter and no gated norm, to time what they cost.
+
+    ``clus`` (fused only; sm_90, launched as clusters of a head's ``nsl`` column-slice blocks: :func:`launch_fused`)
+    replaces the counter tail: each block keeps its slice of the row's o in shared memory, the cluster meets at a
+    barrier, and every block sums the head's squares from the cluster's shared memory (the norm kernel's lane order
+    and butterfly, so every block gets the same sum) and writes its own ``SVS`` columns of ``gn``; the row's z and
+    norm weights are loaded at the row's start. No fence, no atomic, no re-read of o from L2; the same bits. In the
+    simulator a cluster is one block (``nsl == 1``)."""
     GEN = general
     FUSED = fused
     EARLY = fused and early
-    TAIL = tail or not fused
+    CLUS = fused and clus
+    TAIL = (tail or not fused) and not CLUS
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
              log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
@@ -354,6 +363,8 @@ def _make_recurrent(general, fused=False, early=True, tail=True):
             gov = cuda.local.array(NGV, float32)
             gzv = cuda.local.array(NGV, float32)
             gwv = cuda.local.array(NGV, float32)
+        if CLUS:
+            osl = cuda.shared.array(SVS, float32)
         if GEN:
             khist = cuda.shared.array((MAXR, MAXDK), float32)
             dhist = cuda.shared.array((MAXR, SVS), float32)
@@ -464,6 +475,10 @@ def _make_recurrent(general, fused=False, early=True, tail=True):
             if EARLY:
                 av = a[r, hv]
                 bv = b[r, hv]
+            if CLUS:  # this block's columns of the row's gate input and norm weight (lanes of warp 0)
+                zc = min(sl * SVS + lane, Dv - 1)
+                zpre = z[r, hv * Dv + zc]
+                wpre = nw[zc]
             if FUSED:
                 # the conv window of row r, newest first: rows along the parent chain, then the tail (oldest
                 # first in ``tail``): src >= 0 is a row of qkv, src < 0 the tail row -1 - src
@@ -598,6 +613,8 @@ def _make_recurrent(general, fused=False, early=True, tail=True):
                     if sl == 0 and tid == 0:
                         log_a[r, hv] = alpha
             cuda.syncthreads()
+            if CLUS and li > 0:
+                cluster_wait()  # every block has read the previous row's osl
             if rg == 0 and ok:
                 o0 = ro[0, cg * CPT]
                 o1 = ro[0, cg * CPT + 1]
@@ -614,6 +631,34 @@ def _make_recurrent(general, fused=False, early=True, tail=True):
                     o2 = o0
                     o3 = o0
                 _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
+                if CLUS:
+                    osl[cg * CPT] = o0 * fq
+                    osl[cg * CPT + 1] = o1 * fq
+                    osl[cg * CPT + 2] = o2 * fq
+                    osl[cg * CPT + 3] = o3 * fq
+            if CLUS:
+                # the head's row r is in the cluster's osl; warp 0 of every block sums its squares in the norm
+                # kernel's order (lane-strided columns, then the butterfly) and writes this block's columns
+                # (warp_sum in every warp: the simulator's is a block barrier)
+                cluster_arrive()
+                cluster_wait()
+                ss = float32(0.0)
+                if warp == 0:
+                    for i in range(NGV):
+                        c = lane + 32 * i
+                        if c < Dv:
+                            v = dsm_ld(osl, c % SVS, c // SVS)
+                            ss += v * v
+                tot = warp_sum(ss)
+                if warp == 0:
+                    if lane < SVS:
+                        inv = float32(1.0) / float32(math.sqrt(tot / float32(Dv) + eps))
+                        if act == 0:
+                            gt = zpre * _sigm(zpre)
+                        else:
+                            gt = _sigm(zpre)
+                        gn[r, hv * Dv + sl * SVS + lane] = osl[lane] * inv * wpre * gt
+                cluster_arrive()  # this block's reads of the others' osl are done
             cur = r
         if FUSED and TAIL:
             # arrival of this column slice: every thread's o stores fenced, one atomic per block -- before the
@@ -663,6 +708,8 @@ def _make_recurrent(general, fused=False, early=True, tail=True):
                                 else:
                                     gt = _sigm(zz)
                                 gn[r, hv * Dv + c] = gov[i] * inv * gwv[i] * gt
+        if CLUS:
+            cluster_wait()  # no block leaves while another may still read its osl
 
     return kern
 
@@ -681,6 +728,11 @@ gdn_fused_step_late = _make_recurrent(False, True, early=False)
 gdn_fused_step_late.__name__ = gdn_fused_step_late.__qualname__ = "gdn_fused_step_late"
 gdn_fused_step_notail = _make_recurrent(False, True, tail=False)
 gdn_fused_step_notail.__name__ = gdn_fused_step_notail.__qualname__ = "gdn_fused_step_notail"
+# the cluster tail (sm_90; launch_fused launches them as clusters of a head's column slices)
+gdn_fused_recurrent_cl = _make_recurrent(True, True, clus=True)
+gdn_fused_recurrent_cl.__name__ = gdn_fused_recurrent_cl.__qualname__ = "gdn_fused_recurrent_cl"
+gdn_fused_step_cl = _make_recurrent(False, True, clus=True)
+gdn_fused_step_cl.__name__ = gdn_fused_step_cl.__qualname__ = "gdn_fused_step_cl"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1054,6 +1106,8 @@ k_step = _kcache.kjit(gdn_step)
 k_fused_recurrent = _kcache.kjit(gdn_fused_recurrent)
 k_fused_step = _kcache.kjit(gdn_fused_step)
 _K_DIAG = {"late": _kcache.kjit(gdn_fused_step_late), "notail": _kcache.kjit(gdn_fused_step_notail)}
+k_fused_recurrent_cl = _kcache.kjit(gdn_fused_recurrent_cl)
+k_fused_step_cl = _kcache.kjit(gdn_fused_step_cl)
 k_prep = _kcache.kjit(gdn_prep)
 k_chunk_intra = _kcache.kjit(gdn_chunk_intra)
 k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
@@ -1160,12 +1214,29 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
     ns = seg_len.shape[0] if nseg is None else nseg
     if cnt.shape[0] < ns or cnt.shape[1] < Hv:
         raise ValueError(f"launch_fused: counters {cnt.shape} for {ns} segments x {Hv} heads")
+    nsl = (Dv + SVS - 1) // SVS
+    ac = 0 if act in ("silu", "swish") else 1
+    args = (x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
+            cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
+    if cluster_on(Dv):
+        k = k_fused_recurrent_cl if log_d.shape[0] > 0 else k_fused_step_cl
+        with _pdl.cluster(nsl):
+            k[(Hv * nsl, ns), SNT, stream](*args)
+        return
     k = k_fused_recurrent if log_d.shape[0] > 0 else _K_DIAG.get(os.environ.get("TENSORFOLD_GDN_DIAG", ""),
                                                                    k_fused_step)
-    ac = 0 if act in ("silu", "swish") else 1
-    k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
-        x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
-        cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
+    k[(Hv * nsl, ns), SNT, stream](*args)
+
+
+def cluster_on(Dv) -> bool:
+    """Whether :func:`launch_fused` takes the cluster-tail kernels (``TENSORFOLD_GDN_CLUSTER``, read at each launch:
+    "1" (the default) where they can run, "0" never): a head's column slices (``Dv / SVS`` of them, at most 8, the
+    portable cluster size) as one cluster, on a cc >= 9.0 device (``_pdl.cluster_ok``); in the simulator only when
+    a head is one block. Both tails give the same bits, so the choice may follow the device."""
+    if os.environ.get("TENSORFOLD_GDN_CLUSTER", "1").strip() == "0" or Dv % SVS:
+        return False
+    nsl = Dv // SVS
+    return nsl == 1 if IS_SIM else (nsl <= 8 and _pdl.cluster_ok())
 
 
 # TENSORFOLD_CHUNK_TC when unset: 16 on a GPU (session 24, 8,192 tokens of one layer, CUDA-core -> tensor-core
