@@ -630,18 +630,22 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                     o1 = o0
                     o2 = o0
                     o3 = o0
-                _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
                 if CLUS:
                     osl[cg * CPT] = o0 * fq
                     osl[cg * CPT + 1] = o1 * fq
                     osl[cg * CPT + 2] = o2 * fq
                     osl[cg * CPT + 3] = o3 * fq
+                else:
+                    _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
             if CLUS:
                 # the head's row r is in the cluster's osl; warp 0 of every block sums its squares in the norm
                 # kernel's order (lane-strided columns, then the butterfly) and writes this block's columns
-                # (warp_sum in every warp: the simulator's is a block barrier)
+                # (warp_sum in every warp: the simulator's is a block barrier). o goes to global memory after the
+                # barrier, so that the barrier's release does not wait for that store.
                 cluster_arrive()
                 cluster_wait()
+                if rg == 0 and ok:
+                    _st4_3(o, r, hv, c0, osl[cg * CPT], osl[cg * CPT + 1], osl[cg * CPT + 2], osl[cg * CPT + 3])
                 ss = float32(0.0)
                 if warp == 0:
                     for i in range(NGV):
