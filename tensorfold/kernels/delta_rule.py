@@ -1234,10 +1234,14 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
 
 def cluster_on(Dv) -> bool:
     """Whether :func:`launch_fused` takes the cluster-tail kernels (``TENSORFOLD_GDN_CLUSTER``, read at each launch:
-    "1" (the default) where they can run, "0" never): a head's column slices (``Dv / SVS`` of them, at most 8, the
+    "1" where they can run; "0", the default, never): a head's column slices (``Dv / SVS`` of them, at most 8, the
     portable cluster size) as one cluster, on a cc >= 9.0 device (``_pdl.cluster_ok``); in the simulator only when
-    a head is one block. Both tails give the same bits, so the choice may follow the device."""
-    if os.environ.get("TENSORFOLD_GDN_CLUSTER", "1").strip() == "0" or Dv % SVS:
+    a head is one block. Both tails give the same bits, so the choice may follow the device.
+
+    Off by default: built in session 42, when no GPU was lent, so it has passed the simulator (one block a head)
+    and the sm_90 compile tier but has never run on a GPU. ``benchmarks/results/raw/session42/next`` holds the
+    device script that tests and times it (predicted 1-2 us a GDN layer at one row)."""
+    if os.environ.get("TENSORFOLD_GDN_CLUSTER", "0").strip() != "1" or Dv % SVS:
         return False
     nsl = Dv // SVS
     return nsl == 1 if IS_SIM else (nsl <= 8 and _pdl.cluster_ok())

@@ -9,8 +9,8 @@ barrier is ``syncthreads`` and every distributed read is the block's own. That r
 the GPU (``tests/kernels/test_gpu_fused.py``, Dv = 128: eight blocks a cluster).
 
 Shapes as ``test_sim_fused`` but Dv 16 (Hk 1, Hv 2, Dk 16), fresh random inputs:
-- the cluster kernels' ``gn``, ``o``, state, logs and raw-row log equal the counter-tail kernels
-  (``TENSORFOLD_GDN_CLUSTER=0``) and the three-launch path bit for bit;
+- the cluster kernels (``TENSORFOLD_GDN_CLUSTER=1``, opt-in) give ``gn``, ``o``, state, logs and raw-row log equal
+  to the counter-tail kernels (``TENSORFOLD_GDN_CLUSTER=0``, the default) and the three-launch path bit for bit;
 - ``gn`` against the float64 twins within ``test_sim_fused.TOL`` (2e-5 absolute + relative);
 - a stream's rows alone equal the same rows beside another stream.
 """
@@ -32,6 +32,8 @@ def dv16(monkeypatch):
     monkeypatch.setattr(tsf, "C", 2 * tsf.KD + tsf.Hv * dv)
     monkeypatch.setattr(tsf, "Vd", tsf.Hv * dv)
     monkeypatch.delenv("TENSORFOLD_GDN_CLUSTER", raising=False)
+    assert not dr.cluster_on(dv)  # opt-in until it has run on a GPU
+    monkeypatch.setenv("TENSORFOLD_GDN_CLUSTER", "1")
     assert dr.cluster_on(dv) and not dr.cluster_on(40)
     return monkeypatch
 
@@ -41,7 +43,7 @@ def _both(mp, *args, **kw):
     mp.setenv("TENSORFOLD_GDN_CLUSTER", "0")
     assert not dr.cluster_on(tsf.Dv)
     ct = tsf._run_fused(*args, **kw)
-    mp.delenv("TENSORFOLD_GDN_CLUSTER")
+    mp.setenv("TENSORFOLD_GDN_CLUSTER", "1")
     return cl, ct
 
 
