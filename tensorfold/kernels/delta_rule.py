@@ -35,7 +35,9 @@ Launch geometry
   gates per thread (all loads issued together), ‖q‖², ‖k‖² and Sᵀk in one reduction (per thread, xor butterfly
   over the row-group lanes, warps in order), then Sᵀq in a second: two barriers per row. Both kernels come from
   one source (``_make_recurrent``), so their rows agree bit for bit. ``gdn_recurrent`` adds the tree rebuild (below)
-  and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads).
+  and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads). The fused forms
+  (``launch_fused``) have the same grid; with ``TENSORFOLD_GDN_CLUSTER=1`` on cc >= 9.0 a head's ``Dv / 16`` slice
+  blocks run as one thread-block cluster (``cluster_on``).
 - ``gdn_gates_kernel``: grid-stride over R*Hv, any 1-D geometry.
 - ``gdn_prep``: grid (R', Hk), block 128, one warp a row (grid-stride): q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k),
   and g, β.
