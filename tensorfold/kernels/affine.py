@@ -1105,8 +1105,12 @@ def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
            int(whole), int(vs), int(rg), int(wpre))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
-        # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
+        # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail);
+        # the whole form with the SwiGLU epilogue (TENSORFOLD_TC_WHOLE_GLU) is held to its plan's 12 warps an SM
+        # (the 2B gate | up: 384 blocks of 4 warps, one wave at 3 blocks an SM; 170 registers unbounded)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
+        if whole and glu and nw * 32 <= 256 and not IS_SIM:
+            kw = {"launch_bounds": (nw * 32, max(1, WHOLE_GLU_WARPS // nw))}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
                                                  vs, rg, wpre), **kw)
     return _KCACHE[key]
@@ -1364,6 +1368,7 @@ def tc_l2(out: int, inp: int) -> bool:
 
 WHOLE_MAX_U = 8  # groups a warp at most in the whole-share form (64 weight words a lane at 4-bit g64, mt 2)
 WHOLE_MAX_WORDS = 64  # weight words a lane at most held before the wait (9B 4096 x 4096, 4-bit g64: 174 registers)
+WHOLE_GLU_WARPS = 12  # warps an SM the whole form with the SwiGLU epilogue is bounded to (launch_bounds)
 
 
 def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
@@ -1371,11 +1376,17 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     (``_gen_tc_source(whole=...)``) for this launch, as its ``whole`` argument (0: the plan's kernel). ``0`` never,
     ``1`` every launch it fits, ``sq`` (the default) square weights only (the 2B / 9B GDN out_proj and attention
     o_proj, behind the GDN step and the attention merge); where it applies, ``TENSORFOLD_TC_L2`` does not. It fits a
-    one-row launch of a pipelined plan (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all
-    own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most ``WHOLE_MAX_WORDS`` weight words a lane
-    (8-bit g64 at the 4-bit plan's 8 groups would need 128: it keeps the plan's kernel). The value: 8 (scales and biases eight a 16-byte load)
-    for bf16 scales whose rows and arrays allow it, else 1. The same bits as the plan's kernel, so the choice may
+    one-row launch of a pipelined plan (``depth`` 1) without the fused norm (nor, unless asked below, the SwiGLU
+    epilogue) whose warps all own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most
+    ``WHOLE_MAX_WORDS`` weight words a lane (8-bit g64 at the 4-bit plan's 8 groups would need 128: it keeps the
+    plan's kernel). The value: 8 (scales and biases eight a 16-byte load) for bf16 scales whose rows and arrays
+    allow it, else 1. The same bits as the plan's kernel, so the choice may
     follow the row count.
+
+    ``TENSORFOLD_TC_WHOLE_GLU=1`` (read at each launch; ``0`` default) lets the form take a launch with the SwiGLU
+    epilogue too (the 2B gate | up, 12288 x 2048: 8 groups a warp, 64 weight words a lane; the generator's epilogue
+    is the plan kernel's, the same bits in the simulator), bounded to ``WHOLE_GLU_WARPS`` warps an SM. Built in
+    session 42 (no GPU lent), unmeasured: that launch is the largest of a 2B step (about 10.8 us of 1,270).
 
     Measured in session 40 (H100, ``benchmarks/tc_timeline.py`` and ``bench_decode --ab-env``): the 9B 4096 x 4096
     launch under PDL 10.2 -> 9.8 us, the 2B 2048 x 2048 4.5 -> 4.4 us; decode, one stream, two rounds, 0 -> sq: 9B
@@ -1384,9 +1395,14 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     (8 warps an SM) then takes 3.3 us on its own; the form gains little because the kernel is bound by those, not
     by the loads' latency."""
     v = env_choice("TENSORFOLD_TC_WHOLE", "sq", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
-    if v == "0" or (v == "sq" and plan.out != plan.inp):
+    if v == "0":
         return 0
-    if not (plan.tc and plan.pipe and plan.depth == 1 and R == 1 and nt == 1 and not glu and nrm is None):
+    if glu:  # the SwiGLU epilogue: only under its own switch, whatever the shape
+        if env_choice("TENSORFOLD_TC_WHOLE_GLU", "0", ("0", "1"), "whole-share form with the SwiGLU epilogue") != "1":
+            return 0
+    elif v == "sq" and plan.out != plan.inp:
+        return 0
+    if not (plan.tc and plan.pipe and plan.depth == 1 and R == 1 and nt == 1 and nrm is None):
         return 0
     ng = plan.inp // plan.group
     nw = plan.tpb // 32
@@ -1555,7 +1571,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         nw, vs, u, rg = tc_geometry(plan, wh)
         tpb = 32 * nw
         if wh:
-            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg,
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, glu, whole=wh, rg=rg,
                               wpre=tc_whole_pre(u))
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
@@ -1794,6 +1810,13 @@ def _specs():
         hot.add(f.__name__)
     # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
     f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
+    specs.append((f, _Q))
+    hot.add(f.__name__)
+    # ... and the 2B gate | up one with the SwiGLU epilogue (TENSORFOLD_TC_WHOLE_GLU=1: 8 groups a warp, 4 warps;
+    # the GPU build bounds it to 3 blocks an SM: tests/kernels/test_compile_bounds.py)
+    p = plan_tc(12288, 2048, 4, 64)
+    nw, _, pw, rg = tc_geometry(p, 1)
+    f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, glu=True, whole=8 if pw % 8 == 0 else 1, rg=rg)
     specs.append((f, _Q))
     hot.add(f.__name__)
     # ... and the 9B one with half its share loaded after the wait (TENSORFOLD_TC_WHOLE_HALF=1)
