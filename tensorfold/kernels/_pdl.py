@@ -39,7 +39,8 @@ import threading
 
 from ._device import IS_SIM
 
-__all__ = ["aware", "enabled", "scope", "install", "active", "launches", "plain", "cluster", "cluster_ok"]
+__all__ = ["aware", "enabled", "scope", "install", "active", "launches", "plain", "cluster", "cluster_ok",
+           "cluster_refused"]
 
 _TLS = threading.local()
 # launches: PDL launches made; plain: names of unaware kernels launched inside a scope (tests read both)
@@ -115,6 +116,16 @@ def cluster_ok() -> bool:
         except Exception:  # noqa: BLE001 -- no cluster launch here: callers take their other path
             _STATE["cl_ok"] = False
     return bool(_STATE["cl_ok"])
+
+
+def cluster_refused(err: Exception) -> None:
+    """A cluster launch raised (before anything ran): no more cluster launches in this process, with a warning
+    that names the error; the caller then takes its other path."""
+    import warnings
+
+    _STATE["cl_ok"] = False
+    warnings.warn(f"tensorfold: cluster launches are off for this process ({type(err).__name__}: {err})",
+                  RuntimeWarning, stacklevel=2)
 
 
 @contextlib.contextmanager

@@ -1226,9 +1226,15 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
             cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
     if cluster_on(Dv):
         k = k_fused_recurrent_cl if log_d.shape[0] > 0 else k_fused_step_cl
-        with _pdl.cluster(nsl):
+        if IS_SIM:  # a cluster of one block: a plain launch (an error here is the kernel's own)
             k[(Hv * nsl, ns), SNT, stream](*args)
-        return
+            return
+        try:
+            with _pdl.cluster(nsl):
+                k[(Hv * nsl, ns), SNT, stream](*args)
+            return
+        except Exception as e:  # noqa: BLE001 -- a launch path that refuses the cluster shape: the counter tail
+            _pdl.cluster_refused(e)
     k = k_fused_recurrent if log_d.shape[0] > 0 else _K_DIAG.get(os.environ.get("TENSORFOLD_GDN_DIAG", ""),
                                                                    k_fused_step)
     k[(Hv * nsl, ns), SNT, stream](*args)

@@ -212,6 +212,7 @@ def test_fused_cluster_tail_equals_counter_tail(model, monkeypatch):
         monkeypatch.setenv("TENSORFOLD_GDN_CLUSTER", "0")
         ct = _fused(g, u, p, segs, parent, log)
         monkeypatch.setenv("TENSORFOLD_GDN_CLUSTER", "1")
+        assert dr.cluster_on(D), "the cluster launch was refused (see the warning): the counter tail ran twice"
         assert not np.isnan(cl["gn"]).any()
         for key in cl:
             np.testing.assert_array_equal(cl[key], ct[key], err_msg=key)
