@@ -385,6 +385,8 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
         nsl = (Dv + SVS - 1) // SVS
         hv = cuda.blockIdx.x // nsl
         sl = cuda.blockIdx.x - hv * nsl
+        if CLUS and hv >= Hv:  # (a grid read as clusters where blocks were meant: whole clusters past the heads)
+            return
         Hk = (qkv.shape[1] - Hv * Dv) // (2 * Dk)
         rep = Hv // Hk
         kh = hv // rep
