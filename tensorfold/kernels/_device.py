@@ -71,6 +71,7 @@ __all__ = [
     "pdl_target",
     "pdl_trigger_mode",
     "cluster_arrive",
+    "cluster_arrive_relaxed",
     "cluster_wait",
     "dsm_ld",
     "COMPILE_SPECS",
@@ -766,7 +767,9 @@ else:
 # ----------------------------------------------------------------------------------------------------------------
 # thread block clusters (sm_90+, only in kernels launched with a cluster shape: ``kernels._pdl.cluster``):
 # ``cluster_arrive()`` (release) and ``cluster_wait()`` (acquire) are the two halves of a barrier over every thread
-# of every block of the cluster (both executed by every thread, never in a divergent branch); ``dsm_ld(arr, i,
+# of every block of the cluster (both executed by every thread, never in a divergent branch);
+# ``cluster_arrive_relaxed()`` arrives without ordering this thread's earlier memory operations (for an arrive that
+# only says "my reads are done": a read whose value was used is complete); ``dsm_ld(arr, i,
 # rank)`` reads ``arr[i]`` of a 1-d float32 shared array in the block of cluster rank ``rank`` (distributed shared
 # memory: ``mapa`` then a generic load). A block must not exit while another may still read its shared memory:
 # an arrive after its last read of the others, a wait before it exits. The simulator runs one block at a time, so
@@ -775,6 +778,7 @@ else:
 
 if not IS_SIM:
     cluster_arrive = _asm_void("barrier.cluster.arrive;")
+    cluster_arrive_relaxed = _asm_void("barrier.cluster.arrive.relaxed;")
     cluster_wait = _asm_void("barrier.cluster.wait;")
 
     @intrinsic
@@ -803,7 +807,7 @@ else:
     def cluster_arrive():
         cuda.syncthreads()
 
-    cluster_wait = cluster_arrive
+    cluster_wait = cluster_arrive_relaxed = cluster_arrive
 
     @cuda.jit(device=True)
     def dsm_ld(arr, i, rank):

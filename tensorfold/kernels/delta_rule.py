@@ -62,8 +62,8 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import (FULL_MASK, IS_SIM, cluster_arrive, cluster_wait, devfn, dsm_ld, env_choice, pdl_begin,
-                      pdl_trigger, pdl_wait, warp_sum)
+from ._device import (FULL_MASK, IS_SIM, cluster_arrive, cluster_arrive_relaxed, cluster_wait, devfn, dsm_ld,
+                      env_choice, pdl_begin, pdl_trigger, pdl_wait, warp_sum)
 from . import _kcache, _pdl, delta_chunk_tc, delta_intra_tc
 from .conv import silu32
 
@@ -666,7 +666,9 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                         else:
                             gt = _sigm(zpre)
                         gn[r, hv * Dv + sl * SVS + lane] = osl[lane] * inv * wpre * gt
-                cluster_arrive()  # this block's reads of the others' osl are done
+                # this block's reads of the others' osl are done (their values were used above): no ordering
+                # needed, so the arrive does not wait for the gn / o stores
+                cluster_arrive_relaxed()
             cur = r
         if FUSED and TAIL:
             # arrival of this column slice: every thread's o stores fenced, one atomic per block -- before the

@@ -17,7 +17,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WANT = ("barrier.cluster.arrive", "barrier.cluster.wait", "mapa.u64", "griddepcontrol.wait")
+WANT = ("barrier.cluster.arrive;", "barrier.cluster.arrive.relaxed;", "barrier.cluster.wait;", "mapa.u64",
+        "griddepcontrol.wait")
 NOT = ("membar.gl", "atom.")
 
 
