@@ -29,6 +29,10 @@ at 2B: 1,488 µs of kernel time in a 1,705 µs step, session 12); the GEMVs' own
 simulator and devices below cc 9.0 never use it. numba-cuda's ``_Kernel.launch`` has no launch-attribute
 parameter, so ``install`` wraps it (and the dispatcher's ``call``, which knows the kernel's Python function):
 outside a scope, or for an unaware kernel, the original runs unchanged.
+
+The same wrapper launches thread-block clusters (session 42): inside ``cluster(n)`` a launch carries the cluster
+shape ``(n, 1, 1)`` (with the PDL attribute too when in a scope and aware). Only kernels written for it may be
+launched so (``delta_rule``'s cluster tail); ``cluster_ok`` says whether this process can.
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ def cluster(n: int):
 def install() -> bool:
     """Wrap numba-cuda's ``CUDADispatcher.call`` (notes whether the dispatcher's function is aware: a kernel loaded
     from the on-disk cache has no Python function of its own) and ``_Kernel.launch`` (launches with the attribute
-    when in a scope and aware), once. False when numba-cuda's layout is not the expected one."""
+    when in a scope and aware, and with the cluster shape inside :func:`cluster`), once. False when numba-cuda's layout is not the expected one."""
     if _STATE["installed"]:
         return True
     from numba.cuda import dispatcher as _disp

@@ -1380,8 +1380,7 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     epilogue) whose warps all own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most
     ``WHOLE_MAX_WORDS`` weight words a lane (8-bit g64 at the 4-bit plan's 8 groups would need 128: it keeps the
     plan's kernel). The value: 8 (scales and biases eight a 16-byte load) for bf16 scales whose rows and arrays
-    allow it, else 1. The same bits as the plan's kernel, so the choice may
-    follow the row count.
+    allow it, else 1. The same bits as the plan's kernel, so the choice may follow the row count.
 
     ``TENSORFOLD_TC_WHOLE_GLU=1`` (read at each launch; ``0`` default) lets the form take a launch with the SwiGLU
     epilogue too (the 2B gate | up, 12288 x 2048: 8 groups a warp, 64 weight words a lane; the generator's epilogue
