@@ -5,13 +5,15 @@ sm_90 only: thread-block cluster barriers and distributed shared memory).
 only sm_90 assembles. Here both kernels are compiled to PTX for cc 9.0 with their real signature (``SIG_FUSED``) and
 the PDL instructions on (as the GPU build), and assembled by ``ptxas`` (when on PATH). Checks: the PTX holds the
 cluster barrier's two halves and the ``mapa`` of the distributed reads, and none of the counter tail's fence or
-atomic; ptxas accepts it with no spills or stack (they are hot kernels).
+atomic; the kernels are PDL-aware and read nothing through ``ld.global.nc`` (as ``test_compile_pdl`` asks of the
+counter-tail kernel); ptxas accepts them with no spills or stack (they are hot kernels).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -32,7 +34,7 @@ def _worker() -> int:
         return 0
     from numba import cuda
 
-    from tensorfold.kernels import _device, delta_rule as dr
+    from tensorfold.kernels import _device, _pdl, delta_rule as dr
 
     tc._STATE["dev"].compute_capability = (9, 0)
     _device.pdl_target(True)
@@ -41,6 +43,8 @@ def _worker() -> int:
         rec = {"kernel": fn.__name__}
         try:
             ptx, _ = cuda.compile_ptx(fn, dr.SIG_FUSED, cc=(9, 0))
+            rec["aware"] = _pdl.aware(fn)
+            rec["nc"] = sorted(set(re.findall(r"ld\.global\.nc(?:\.v\d)?\.(\w+)", ptx)))
             rec["missing"] = [w for w in WANT if w not in ptx]
             rec["unwanted"] = [w for w in NOT if w in ptx]
             rec["ptxas"] = tc._run_ptxas(ptx, (9, 0))
@@ -60,6 +64,8 @@ def test_cluster_tail_sm90():
         print(r)
         assert_clean(r)
         assert not r["missing"] and not r["unwanted"], r
+        # PDL-aware, and no .nc load (they read only what earlier kernels write, or parameters: test_compile_pdl)
+        assert r["aware"] and not r["nc"], r
 
 
 if __name__ == "__main__":
