@@ -2,7 +2,7 @@
 # Prepared in session 42 (no GPU was lent that session). First call of session 43, about 7-8 minutes warm.
 # (1) GPU tests of the fused GDN kernels (and the whole-form SwiGLU GEMV) FIRST: the opt-in cluster tail (TENSORFOLD_GDN_CLUSTER=1, never run on a
 #     GPU) against the counter tail and the three-launch path, bit for bit, at 2B / 9B / 27B head counts. If it
-#     fails or hangs (timeout 150 s), the A/B below still runs its other settings; drop the cluster sets then.
+#     fails or hangs (timeout 220 s), the A/B below still runs its other settings; drop the cluster sets then.
 # (2) One process per geometry, five settings alternated over two rounds (bench_decode --ab-env), tok/s at 1 and 8
 #     streams (the fused GDN step runs only at <= 2 rows: eight streams are a control):
 #   old     : DIAG=late: the fused GDN step before session 42 (gate loads a / b after the conv's barrier)
@@ -24,7 +24,7 @@
 out_dir s43a
 t0=$SECONDS
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader > "$R/gpu.txt"; cat "$R/gpu.txt"
-ptest fused 150 tests/kernels/test_gpu_fused.py tests/kernels/test_gpu_glu.py::test_glu_whole_form_2b -s
+ptest fused 220 tests/kernels/test_gpu_fused.py tests/kernels/test_gpu_glu.py::test_glu_whole_form_2b -s
 pack
 AB="TENSORFOLD_GDN_DIAG=late;TENSORFOLD_GDN_CLUSTER=0;TENSORFOLD_GDN_CLUSTER=1;TENSORFOLD_GDN_DIAG=notail"
 for g in 9b 2b; do
