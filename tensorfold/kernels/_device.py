@@ -70,10 +70,6 @@ __all__ = [
     "gemv_trigger_here",
     "pdl_target",
     "pdl_trigger_mode",
-    "cluster_arrive",
-    "cluster_arrive_relaxed",
-    "cluster_wait",
-    "dsm_ld",
     "COMPILE_SPECS",
     "HOT",
 ]
@@ -762,56 +758,6 @@ else:
         pass
 
     pdl_trigger = pdl_begin = pdl_wait
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# thread block clusters (sm_90+, only in kernels launched with a cluster shape: ``kernels._pdl.cluster``):
-# ``cluster_arrive()`` (release) and ``cluster_wait()`` (acquire) are the two halves of a barrier over every thread
-# of every block of the cluster (both executed by every thread, never in a divergent branch);
-# ``cluster_arrive_relaxed()`` arrives without ordering this thread's earlier memory operations (for an arrive that
-# only says "my reads are done": a read whose value was used is complete); ``dsm_ld(arr, i,
-# rank)`` reads ``arr[i]`` of a 1-d float32 shared array in the block of cluster rank ``rank`` (distributed shared
-# memory: ``mapa`` then a generic load). A block must not exit while another may still read its shared memory:
-# an arrive after its last read of the others, a wait before it exits. The simulator runs one block at a time, so
-# there a cluster is one block: a barrier is ``syncthreads`` and ``rank`` must be 0.
-# ----------------------------------------------------------------------------------------------------------------
-
-if not IS_SIM:
-    cluster_arrive = _asm_void("barrier.cluster.arrive;")
-    cluster_arrive_relaxed = _asm_void("barrier.cluster.arrive.relaxed;")
-    cluster_wait = _asm_void("barrier.cluster.wait;")
-
-    @intrinsic
-    def dsm_ld(typingctx, arr, i, rank):
-        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.float32
-                and isinstance(i, types.Integer) and isinstance(rank, types.Integer)):
-            return None
-        sig = types.float32(arr, i, rank)
-
-        def codegen(context, builder, sig, args):
-            ptr = item_ptr(context, builder, sig.args[0], args[0], sig.args[1:2], args[1:2])
-            if ptr.type.addrspace != 0:  # numba's shared arrays hand out generic pointers
-                raise TypeError("dsm_ld: expected a generic pointer to a shared array")
-            i64, i32 = ir.IntType(64), ir.IntType(32)
-            rk = context.cast(builder, args[2], sig.args[2], types.int32)
-            asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [i64, i32]),
-                               "{ .reg .u64 a; mapa.u64 a, $1, $2; ld.f32 $0, [a]; }", "=f,l,r,~{memory}",
-                               side_effect=True)
-            return builder.call(asm, [builder.ptrtoint(ptr, i64), rk])
-
-        return sig, codegen
-
-else:
-
-    @cuda.jit(device=True)
-    def cluster_arrive():
-        cuda.syncthreads()
-
-    cluster_wait = cluster_arrive_relaxed = cluster_arrive
-
-    @cuda.jit(device=True)
-    def dsm_ld(arr, i, rank):
-        return arr[i]
 
 
 # ----------------------------------------------------------------------------------------------------------------

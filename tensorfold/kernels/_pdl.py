@@ -29,10 +29,6 @@ at 2B: 1,488 µs of kernel time in a 1,705 µs step, session 12); the GEMVs' own
 simulator and devices below cc 9.0 never use it. numba-cuda's ``_Kernel.launch`` has no launch-attribute
 parameter, so ``install`` wraps it (and the dispatcher's ``call``, which knows the kernel's Python function):
 outside a scope, or for an unaware kernel, the original runs unchanged.
-
-The same wrapper launches thread-block clusters (session 42): inside ``cluster(n)`` a launch carries the cluster
-shape ``(n, 1, 1)`` (with the PDL attribute too when in a scope and aware). Only kernels written for it may be
-launched so (``delta_rule``'s cluster tail); ``cluster_ok`` says whether this process can.
 """
 
 from __future__ import annotations
@@ -43,12 +39,11 @@ import threading
 
 from ._device import IS_SIM
 
-__all__ = ["aware", "enabled", "scope", "install", "active", "launches", "plain", "cluster", "cluster_ok",
-           "cluster_refused"]
+__all__ = ["aware", "enabled", "scope", "install", "active", "launches", "plain"]
 
 _TLS = threading.local()
 # launches: PDL launches made; plain: names of unaware kernels launched inside a scope (tests read both)
-_STATE: dict = {"installed": False, "ok": None, "launches": 0, "plain": set(), "cl_ok": None, "cl_grid": None}
+_STATE: dict = {"installed": False, "ok": None, "launches": 0, "plain": set()}
 
 
 def aware(py_func) -> bool:
@@ -103,51 +98,10 @@ def scope(on: bool = True):
         _TLS.on = prev
 
 
-def cluster_ok() -> bool:
-    """Whether launches can carry a cluster shape (:func:`cluster`): a cc >= 9.0 device, and the launch wrapper of
-    :func:`install` in place. Decided once a process."""
-    if IS_SIM:
-        return False
-    if _STATE["cl_ok"] is None:
-        try:
-            from numba import cuda
-            from cuda.core import LaunchConfig
-
-            LaunchConfig(grid=1, block=1, cluster=1)
-            # cuda.core >= 0.4 reads ``grid`` as clusters when a cluster shape is given; older ones as blocks
-            _STATE["cl_grid"] = "number of clusters" in (LaunchConfig.__doc__ or "")
-            _STATE["cl_ok"] = tuple(cuda.get_current_device().compute_capability) >= (9, 0) and install()
-        except Exception:  # noqa: BLE001 -- no cluster launch here: callers take their other path
-            _STATE["cl_ok"] = False
-    return bool(_STATE["cl_ok"])
-
-
-def cluster_refused(err: Exception) -> None:
-    """A cluster launch raised (before anything ran): no more cluster launches in this process, with a warning
-    that names the error; the caller then takes its other path."""
-    import warnings
-
-    _STATE["cl_ok"] = False
-    warnings.warn(f"tensorfold: cluster launches are off for this process ({type(err).__name__}: {err})",
-                  RuntimeWarning, stacklevel=2)
-
-
-@contextlib.contextmanager
-def cluster(n: int):
-    """Launches made inside (this thread) run as clusters of ``n`` blocks along x (the grid's x a multiple of ``n``;
-    with the PDL attribute too when in a :func:`scope` and aware). The caller checks :func:`cluster_ok` first."""
-    prev = getattr(_TLS, "cluster", None)
-    _TLS.cluster = int(n)
-    try:
-        yield
-    finally:
-        _TLS.cluster = prev
-
-
 def install() -> bool:
     """Wrap numba-cuda's ``CUDADispatcher.call`` (notes whether the dispatcher's function is aware: a kernel loaded
     from the on-disk cache has no Python function of its own) and ``_Kernel.launch`` (launches with the attribute
-    when in a scope and aware, and with the cluster shape inside :func:`cluster`), once. False when numba-cuda's layout is not the expected one."""
+    when in a scope and aware), once. False when numba-cuda's layout is not the expected one."""
     if _STATE["installed"]:
         return True
     from numba.cuda import dispatcher as _disp
@@ -171,32 +125,20 @@ def install() -> bool:
             _TLS.aware = prev
 
     def launch(self, args, griddim, blockdim, stream=0, sharedmem=0):
-        cl = getattr(_TLS, "cluster", None)
-        on = getattr(_TLS, "on", False)
-        if not on and not cl:
+        if not getattr(_TLS, "on", False):
             return orig_launch(self, args, griddim, blockdim, stream, sharedmem)
-        cur = getattr(_TLS, "aware", None) if on else None
-        pdl = cur is not None and cur[1] and not getattr(self, "debug", False)
-        if on and not pdl:
+        cur = getattr(_TLS, "aware", None)
+        if cur is None or not cur[1] or getattr(self, "debug", False):
             _STATE["plain"].add(cur[0].py_func.__name__ if cur else getattr(self, "entry_name", "?"))
-            if not cl:
-                return orig_launch(self, args, griddim, blockdim, stream, sharedmem)
+            return orig_launch(self, args, griddim, blockdim, stream, sharedmem)
         cufunc = self._codelibrary.get_cufunc()
         retr, kernelargs = [], []
         for t, v in zip(self.argument_types, args):
             self._prepare_args(t, v, stream, retr, kernelargs)
-        kw = {}
-        if cl:
-            g = tuple(griddim) if isinstance(griddim, (tuple, list)) else (griddim,)
-            if g[0] % cl:
-                raise ValueError(f"cluster launch: grid x {g[0]} is not a multiple of the cluster size {cl}")
-            if _STATE["cl_grid"]:
-                g = (g[0] // cl,) + g[1:]
-            griddim, kw["cluster"] = g, (cl,) + (1,) * (len(g) - 1)
         config = LaunchConfig(grid=griddim, block=blockdim, shmem_size=sharedmem,
-                              programmatic_stream_serialization=pdl, **kw)
+                              programmatic_stream_serialization=True)
         _core_launch(stream, config, cufunc.kernel, *kernelargs)
-        _STATE["launches"] += pdl
+        _STATE["launches"] += 1
         for wb in retr:
             wb()
 

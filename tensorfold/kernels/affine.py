@@ -1374,8 +1374,9 @@ WHOLE_GLU_WARPS = 12  # warps an SM the whole form with the SwiGLU epilogue is b
 def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     """``TENSORFOLD_TC_WHOLE`` (read at each launch): the first tensor-core kernel's whole-share form
     (``_gen_tc_source(whole=...)``) for this launch, as its ``whole`` argument (0: the plan's kernel). ``0`` never,
-    ``1`` every launch it fits, ``sq`` (the default) square weights only (the 2B / 9B GDN out_proj and attention
-    o_proj, behind the GDN step and the attention merge); where it applies, ``TENSORFOLD_TC_L2`` does not. It fits a
+    ``1`` (the default since session 42) every launch it fits, ``sq`` square weights only (the 2B / 9B GDN out_proj
+    and attention o_proj, behind the GDN step and the attention merge; the default in sessions 40-41); where it
+    applies, ``TENSORFOLD_TC_L2`` does not. It fits a
     one-row launch of a pipelined plan (``depth`` 1) without the fused norm (nor, unless asked below, the SwiGLU
     epilogue) whose warps all own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most
     ``WHOLE_MAX_WORDS`` weight words a lane (8-bit g64 at the 4-bit plan's 8 groups would need 128: it keeps the
@@ -1385,7 +1386,13 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     ``TENSORFOLD_TC_WHOLE_GLU=1`` (read at each launch; ``0`` default) lets the form take a launch with the SwiGLU
     epilogue too (the 2B gate | up, 12288 x 2048: 8 groups a warp, 64 weight words a lane; the generator's epilogue
     is the plan kernel's, the same bits in the simulator), bounded to ``WHOLE_GLU_WARPS`` warps an SM. Built in
-    session 42 (no GPU lent), unmeasured: that launch is the largest of a 2B step (about 10.8 us of 1,270).
+    session 42; measured there (H100, 2B one stream, two rounds): 808.8 / 810.0 tok/s against 808.3 / 813.2 with
+    ``1`` alone, a tie, so it stays off.
+
+    Session 42 (H100, ``bench_decode --ab-env``, one process, two rounds, tok/s at one stream): ``1`` against ``sq``
+    at 2B (in_all, q/k/v and down take the form too) 808.3 / 813.2 against 767.1 / 770.7 (+5 %; both with the GDN
+    cluster tail, itself a tie with the default); eight streams 4,781.5 / 4,771.5 against 4,768.9 / 4,769.9. The 9B
+    and 27B have no first-kernel launch but the square one, so ``1`` changes nothing there.
 
     Measured in session 40 (H100, ``benchmarks/tc_timeline.py`` and ``bench_decode --ab-env``): the 9B 4096 x 4096
     launch under PDL 10.2 -> 9.8 us, the 2B 2048 x 2048 4.5 -> 4.4 us; decode, one stream, two rounds, 0 -> sq: 9B
@@ -1393,7 +1400,7 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     the x copy waits about 3 us behind the weights issued before the wait, and the arithmetic of 8 groups a warp
     (8 warps an SM) then takes 3.3 us on its own; the form gains little because the kernel is bound by those, not
     by the loads' latency."""
-    v = env_choice("TENSORFOLD_TC_WHOLE", "sq", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
+    v = env_choice("TENSORFOLD_TC_WHOLE", "1", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
     if v == "0":
         return 0
     if glu:  # the SwiGLU epilogue: only under its own switch, whatever the shape
@@ -1811,6 +1818,15 @@ def _specs():
     f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
     specs.append((f, _Q))
     hot.add(f.__name__)
+    # ... and the 2B launches that take it under the default TENSORFOLD_TC_WHOLE=1: in_proj (8224 x 2048, pipe2, 8
+    # groups a warp), q/k/v (5120 x 2048, 4 groups) and down (2048 x 6144, w16, 6 groups, scalar scale loads)
+    for out, inp in ((8224, 2048), (5120, 2048), (2048, 6144)):
+        p = plan_tc(out, inp, 4, 64)
+        nw, _, pw, rg = tc_geometry(p, 1)
+        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg)
+        if (f, _Q) not in specs:
+            specs.append((f, _Q))
+            hot.add(f.__name__)
     # ... and the 2B gate | up one with the SwiGLU epilogue (TENSORFOLD_TC_WHOLE_GLU=1: 8 groups a warp, 4 warps;
     # the GPU build bounds it to 3 blocks an SM: tests/kernels/test_compile_bounds.py)
     p = plan_tc(12288, 2048, 4, 64)

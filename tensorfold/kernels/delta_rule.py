@@ -35,9 +35,7 @@ Launch geometry
   gates per thread (all loads issued together), ‖q‖², ‖k‖² and Sᵀk in one reduction (per thread, xor butterfly
   over the row-group lanes, warps in order), then Sᵀq in a second: two barriers per row. Both kernels come from
   one source (``_make_recurrent``), so their rows agree bit for bit. ``gdn_recurrent`` adds the tree rebuild (below)
-  and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads). The fused forms
-  (``launch_fused``) have the same grid; with ``TENSORFOLD_GDN_CLUSTER=1`` on cc >= 9.0 a head's ``Dv / 16`` slice
-  blocks run as one thread-block cluster (``cluster_on``).
+  and the log; 16 column slices give 128 blocks at B = 1 on the 2B model (16 heads).
 - ``gdn_gates_kernel``: grid-stride over R*Hv, any 1-D geometry.
 - ``gdn_prep``: grid (R', Hk), block 128, one warp a row (grid-stride): q̂ = l2norm(q)·Dk^-0.5, k̂ = l2norm(k),
   and g, β.
@@ -62,9 +60,8 @@ import os
 import numpy as np
 from numba import cuda, float32, int32
 
-from ._device import (FULL_MASK, IS_SIM, cluster_arrive, cluster_arrive_relaxed, cluster_wait, devfn, dsm_ld,
-                      env_choice, pdl_begin, pdl_trigger, pdl_wait, warp_sum)
-from . import _kcache, _pdl, delta_chunk_tc, delta_intra_tc
+from ._device import FULL_MASK, IS_SIM, devfn, env_choice, pdl_begin, pdl_trigger, pdl_wait, warp_sum
+from . import _kcache, delta_chunk_tc, delta_intra_tc
 from .conv import silu32
 
 VS = 32  # value columns per block (one warp's lanes)
@@ -316,7 +313,7 @@ def _conv_ch(x, cw, tail, slot, src, ch):
     return silu32(acc)
 
 
-def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
+def _make_recurrent(general, fused=False):
     """Kernel source for the lean step path (general=False) and the window / tree / logging path (True): one body,
     so both run the same float operations in the same order (the flags are compile-time constants).
 
@@ -327,23 +324,11 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
     ``compact.conv_commit``), and after its rows the last of a head's column-slice blocks to arrive (a per
     (segment, head) counter in ``ctr``, reset by that block) applies the gated RMSNorm of the head's rows (``o``
     re-read from L2) into ``gn`` with the arithmetic of ``norms.gated_rms_norm_k``. The unfused kernels get zero-size
-    stand-ins for the extra arguments (those branches are compiled out).
-
-    ``early`` (fused only): a row's gate inputs ``a`` / ``b`` are loaded before the conv's loads, so their round
-    trip overlaps the conv instead of following its barrier (load order only: the same bits). ``tail=False``
-    (diagnostic, fused only; WRONG results): no arrival fence / counter and no gated norm, to time what they cost.
-
-    ``clus`` (fused only; sm_90, launched as clusters of a head's ``nsl`` column-slice blocks: :func:`launch_fused`)
-    replaces the counter tail: each block keeps its slice of the row's o in shared memory, the cluster meets at a
-    barrier, and every block sums the head's squares from the cluster's shared memory (the norm kernel's lane order
-    and butterfly, so every block gets the same sum) and writes its own ``SVS`` columns of ``gn``; the row's z and
-    norm weights are loaded at the row's start. No fence, no atomic, no re-read of o from L2; the same bits. In the
-    simulator a cluster is one block (``nsl == 1``)."""
+    stand-ins for the extra arguments (those branches are compiled out). The fused kernels load a row's gate inputs
+    ``a`` / ``b`` before the conv's loads, so their round trip overlaps the conv instead of following its barrier
+    (session 42, same bits: 9B one stream +0.3 %, 2B +0.8 % on an H100)."""
     GEN = general
     FUSED = fused
-    EARLY = fused and early
-    CLUS = fused and clus
-    TAIL = (tail or not fused) and not CLUS
 
     def kern(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d,
              log_a, cw, tail, xlog, z, nw, gn, ctr, eps, act):
@@ -365,8 +350,6 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
             gov = cuda.local.array(NGV, float32)
             gzv = cuda.local.array(NGV, float32)
             gwv = cuda.local.array(NGV, float32)
-        if CLUS:
-            osl = cuda.shared.array(SVS, float32)
         if GEN:
             khist = cuda.shared.array((MAXR, MAXDK), float32)
             dhist = cuda.shared.array((MAXR, SVS), float32)
@@ -385,8 +368,6 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
         nsl = (Dv + SVS - 1) // SVS
         hv = cuda.blockIdx.x // nsl
         sl = cuda.blockIdx.x - hv * nsl
-        if CLUS and hv >= Hv:  # (a grid read as clusters where blocks were meant: whole clusters past the heads)
-            return
         Hk = (qkv.shape[1] - Hv * Dv) // (2 * Dk)
         rep = Hv // Hk
         kh = hv // rep
@@ -476,14 +457,9 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                 if li > 0 and p != r - 1:
                     bad = True  # not a chain: this path keeps no history (trees need the logged path)
             # the row's inputs: q / k rows of this thread (0 past Dk), v columns, gate inputs
-            if EARLY:
-                av = a[r, hv]
-                bv = b[r, hv]
-            if CLUS:  # this block's columns of the row's gate input and norm weight (lanes of warp 0)
-                zc = min(sl * SVS + lane, Dv - 1)
-                zpre = z[r, hv * Dv + zc]
-                wpre = nw[zc]
             if FUSED:
+                av = a[r, hv]  # issued before the conv's loads (their barrier would otherwise come first)
+                bv = b[r, hv]
                 # the conv window of row r, newest first: rows along the parent chain, then the tail (oldest
                 # first in ``tail``): src >= 0 is a row of qkv, src < 0 the tail row -1 - src
                 node = r
@@ -522,7 +498,6 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                     kv[t] = qkv[r, koff + i]
                 for j in range(CPT):
                     vv[j] = qkv[r, voff + j]
-            if not EARLY:
                 av = a[r, hv]
                 bv = b[r, hv]
             for t in range(SKP):
@@ -617,8 +592,6 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                     if sl == 0 and tid == 0:
                         log_a[r, hv] = alpha
             cuda.syncthreads()
-            if CLUS and li > 0:
-                cluster_wait()  # every block has read the previous row's osl
             if rg == 0 and ok:
                 o0 = ro[0, cg * CPT]
                 o1 = ro[0, cg * CPT + 1]
@@ -634,43 +607,9 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                     o1 = o0
                     o2 = o0
                     o3 = o0
-                if CLUS:
-                    osl[cg * CPT] = o0 * fq
-                    osl[cg * CPT + 1] = o1 * fq
-                    osl[cg * CPT + 2] = o2 * fq
-                    osl[cg * CPT + 3] = o3 * fq
-                else:
-                    _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
-            if CLUS:
-                # the head's row r is in the cluster's osl; warp 0 of every block sums its squares in the norm
-                # kernel's order (lane-strided columns, then the butterfly) and writes this block's columns
-                # (warp_sum in every warp: the simulator's is a block barrier). o goes to global memory after the
-                # barrier, so that the barrier's release does not wait for that store.
-                cluster_arrive()
-                cluster_wait()
-                if rg == 0 and ok:
-                    _st4_3(o, r, hv, c0, osl[cg * CPT], osl[cg * CPT + 1], osl[cg * CPT + 2], osl[cg * CPT + 3])
-                ss = float32(0.0)
-                if warp == 0:
-                    for i in range(NGV):
-                        c = lane + 32 * i
-                        if c < Dv:
-                            v = dsm_ld(osl, c % SVS, c // SVS)
-                            ss += v * v
-                tot = warp_sum(ss)
-                if warp == 0:
-                    if lane < SVS:
-                        inv = float32(1.0) / float32(math.sqrt(tot / float32(Dv) + eps))
-                        if act == 0:
-                            gt = zpre * _sigm(zpre)
-                        else:
-                            gt = _sigm(zpre)
-                        gn[r, hv * Dv + sl * SVS + lane] = osl[lane] * inv * wpre * gt
-                # this block's reads of the others' osl are done (their values were used above): no ordering
-                # needed, so the arrive does not wait for the gn / o stores
-                cluster_arrive_relaxed()
+                _st4_3(o, r, hv, c0, o0 * fq, o1 * fq, o2 * fq, o3 * fq)
             cur = r
-        if FUSED and TAIL:
+        if FUSED:
             # arrival of this column slice: every thread's o stores fenced, one atomic per block -- before the
             # state write-back, so the fence does not wait for those stores
             cuda.threadfence()
@@ -682,7 +621,7 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                 i = rg + SRG * t
                 if i < Dk:
                     _st4(state, slot, hv, i, c0, S[t * CPT], S[t * CPT + 1], S[t * CPT + 2], S[t * CPT + 3])
-        if FUSED and TAIL:
+        if FUSED:
             # the last slice of the head to arrive applies the gated RMSNorm to the head's rows (o re-read from L2),
             # one warp a row, with the arithmetic of ``norms.gated_rms_norm_k`` (lane-strided columns, the same
             # butterfly, the same products), so gn equals the three-launch path bit for bit
@@ -718,8 +657,6 @@ def _make_recurrent(general, fused=False, early=True, tail=True, clus=False):
                                 else:
                                     gt = _sigm(zz)
                                 gn[r, hv * Dv + c] = gov[i] * inv * gwv[i] * gt
-        if CLUS:
-            cluster_wait()  # no block leaves while another may still read its osl
 
     return kern
 
@@ -732,17 +669,6 @@ gdn_fused_recurrent = _make_recurrent(True, True)
 gdn_fused_recurrent.__name__ = gdn_fused_recurrent.__qualname__ = "gdn_fused_recurrent"
 gdn_fused_step = _make_recurrent(False, True)
 gdn_fused_step.__name__ = gdn_fused_step.__qualname__ = "gdn_fused_step"
-# diagnostics for a device A/B (TENSORFOLD_GDN_DIAG, read a launch): the gate loads after the conv (the form
-# before session 42), and the step without its norm tail (wrong results: timing only)
-gdn_fused_step_late = _make_recurrent(False, True, early=False)
-gdn_fused_step_late.__name__ = gdn_fused_step_late.__qualname__ = "gdn_fused_step_late"
-gdn_fused_step_notail = _make_recurrent(False, True, tail=False)
-gdn_fused_step_notail.__name__ = gdn_fused_step_notail.__qualname__ = "gdn_fused_step_notail"
-# the cluster tail (sm_90; launch_fused launches them as clusters of a head's column slices)
-gdn_fused_recurrent_cl = _make_recurrent(True, True, clus=True)
-gdn_fused_recurrent_cl.__name__ = gdn_fused_recurrent_cl.__qualname__ = "gdn_fused_recurrent_cl"
-gdn_fused_step_cl = _make_recurrent(False, True, clus=True)
-gdn_fused_step_cl.__name__ = gdn_fused_step_cl.__qualname__ = "gdn_fused_step_cl"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1115,9 +1041,6 @@ k_recurrent = _kcache.kjit(gdn_recurrent)
 k_step = _kcache.kjit(gdn_step)
 k_fused_recurrent = _kcache.kjit(gdn_fused_recurrent)
 k_fused_step = _kcache.kjit(gdn_fused_step)
-_K_DIAG = {"late": _kcache.kjit(gdn_fused_step_late), "notail": _kcache.kjit(gdn_fused_step_notail)}
-k_fused_recurrent_cl = _kcache.kjit(gdn_fused_recurrent_cl)
-k_fused_step_cl = _kcache.kjit(gdn_fused_step_cl)
 k_prep = _kcache.kjit(gdn_prep)
 k_chunk_intra = _kcache.kjit(gdn_chunk_intra)
 k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
@@ -1224,39 +1147,11 @@ def launch_fused(x, cw, tail, xlog, z, nw, a, b, A_log, dt_bias, state, seg_row0
     ns = seg_len.shape[0] if nseg is None else nseg
     if cnt.shape[0] < ns or cnt.shape[1] < Hv:
         raise ValueError(f"launch_fused: counters {cnt.shape} for {ns} segments x {Hv} heads")
-    nsl = (Dv + SVS - 1) // SVS
+    k = k_fused_recurrent if log_d.shape[0] > 0 else k_fused_step
     ac = 0 if act in ("silu", "swish") else 1
-    args = (x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
-            cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
-    if cluster_on(Dv):
-        k = k_fused_recurrent_cl if log_d.shape[0] > 0 else k_fused_step_cl
-        if IS_SIM:  # a cluster of one block: a plain launch (an error here is the kernel's own)
-            k[(Hv * nsl, ns), SNT, stream](*args)
-            return
-        try:
-            with _pdl.cluster(nsl):
-                k[(Hv * nsl, ns), SNT, stream](*args)
-            return
-        except Exception as e:  # noqa: BLE001 -- a launch path that refuses the cluster shape: the counter tail
-            _pdl.cluster_refused(e)
-    k = k_fused_recurrent if log_d.shape[0] > 0 else _K_DIAG.get(os.environ.get("TENSORFOLD_GDN_DIAG", ""),
-                                                                   k_fused_step)
-    k[(Hv * nsl, ns), SNT, stream](*args)
-
-
-def cluster_on(Dv) -> bool:
-    """Whether :func:`launch_fused` takes the cluster-tail kernels (``TENSORFOLD_GDN_CLUSTER``, read at each launch:
-    "1" where they can run; "0", the default, never): a head's column slices (``Dv / SVS`` of them, at most 8, the
-    portable cluster size) as one cluster, on a cc >= 9.0 device (``_pdl.cluster_ok``); in the simulator only when
-    a head is one block. Both tails give the same bits, so the choice may follow the device.
-
-    Off by default: built in session 42, when no GPU was lent, so it has passed the simulator (one block a head)
-    and the sm_90 compile tier but has never run on a GPU. ``benchmarks/results/raw/session42/next`` holds the
-    device script that tests and times it (predicted 1-2 us a GDN layer at one row)."""
-    if os.environ.get("TENSORFOLD_GDN_CLUSTER", "0").strip() != "1" or Dv % SVS:
-        return False
-    nsl = Dv // SVS
-    return nsl == 1 if IS_SIM else (nsl <= 8 and _pdl.cluster_ok())
+    k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
+        x, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,
+        cw, tail, xlog, z, nw, gn, cnt, np.float32(eps), np.int32(ac))
 
 
 # TENSORFOLD_CHUNK_TC when unset: 16 on a GPU (session 24, 8,192 tokens of one layer, CUDA-core -> tensor-core

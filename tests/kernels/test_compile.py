@@ -283,16 +283,6 @@ def run_worker(path: str, drop_env=()) -> dict:
     return data
 
 
-def assert_clean(r: dict):
-    """A worker's record of one sm_90-only kernel (``test_compile_bulk``, ``test_compile_cluster``): it compiled, and
-    ptxas (when on PATH) assembled it with no spills or stack."""
-    assert "error" not in r, r
-    rep = r["ptxas"]
-    if rep is not None:
-        assert "error" not in rep, r
-        assert not (rep.get("spill_st") or rep.get("spill_ld") or rep.get("stack")), r
-
-
 def test_compile_tier():
     data = run_worker(__file__)
     results = data["results"]

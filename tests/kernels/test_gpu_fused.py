@@ -193,26 +193,3 @@ def test_fused_logged_window_equals_lean_steps_and_tree(model):
     gr, _ = _reference(g, ut, p, 0, tree)
     np.testing.assert_allclose(tr["gn"], gr, **TOL)
     np.testing.assert_array_equal(tr["state"], p["state"])
-
-
-@pytest.mark.parametrize("model", list(HV))
-def test_fused_cluster_tail_equals_counter_tail(model, monkeypatch):
-    """Session 42 (opt-in ``TENSORFOLD_GDN_CLUSTER=1``): on cc >= 9.0 a head's 8 column-slice blocks run as one
-    cluster and normalise from the cluster's shared memory. Its outputs equal the counter tail's (``TENSORFOLD_GDN_CLUSTER=0``) bit for bit: a 2-stream step
-    (one of them beside padding) and a logged 2-row window."""
-    monkeypatch.setenv("TENSORFOLD_GDN_CLUSTER", "1")
-    assert dr.cluster_on(D), "cc >= 9.0 expected: the cluster path must be the one under test"
-    g = G(HV[model])
-    rng = np.random.default_rng(4200 + g.Hv)
-    p = _model(rng, g, 3)
-    for segs, parent, log in (([(0, 1, 2, 1), (1, 0, -1, 1), (1, 1, 0, 1)], [-1, -1], False),
-                              ([(0, 2, 1, 0)], [-1, 0], True)):
-        u = _u(rng, g, len(parent))
-        cl = _fused(g, u, p, segs, parent, log)
-        monkeypatch.setenv("TENSORFOLD_GDN_CLUSTER", "0")
-        ct = _fused(g, u, p, segs, parent, log)
-        monkeypatch.setenv("TENSORFOLD_GDN_CLUSTER", "1")
-        assert dr.cluster_on(D), "the cluster launch was refused (see the warning): the counter tail ran twice"
-        assert not np.isnan(cl["gn"]).any()
-        for key in cl:
-            np.testing.assert_array_equal(cl[key], ct[key], err_msg=key)
