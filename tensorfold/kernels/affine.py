@@ -1105,12 +1105,8 @@ def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
            int(whole), int(vs), int(rg), int(wpre))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
-        # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail);
-        # the whole form with the SwiGLU epilogue (TENSORFOLD_TC_WHOLE_GLU) is held to its plan's 12 warps an SM
-        # (the 2B gate | up: 384 blocks of 4 warps, one wave at 3 blocks an SM; 170 registers unbounded)
+        # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
-        if whole and glu and nw * 32 <= 256 and not IS_SIM:
-            kw = {"launch_bounds": (nw * 32, max(1, WHOLE_GLU_WARPS // nw))}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
                                                  vs, rg, wpre), **kw)
     return _KCACHE[key]
@@ -1368,7 +1364,6 @@ def tc_l2(out: int, inp: int) -> bool:
 
 WHOLE_MAX_U = 8  # groups a warp at most in the whole-share form (64 weight words a lane at 4-bit g64, mt 2)
 WHOLE_MAX_WORDS = 64  # weight words a lane at most held before the wait (9B 4096 x 4096, 4-bit g64: 174 registers)
-WHOLE_GLU_WARPS = 12  # warps an SM the whole form with the SwiGLU epilogue is bounded to (launch_bounds)
 
 
 def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
@@ -1377,17 +1372,14 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     ``1`` (the default since session 42) every launch it fits, ``sq`` square weights only (the 2B / 9B GDN out_proj
     and attention o_proj, behind the GDN step and the attention merge; the default in sessions 40-41); where it
     applies, ``TENSORFOLD_TC_L2`` does not. It fits a
-    one-row launch of a pipelined plan (``depth`` 1) without the fused norm (nor, unless asked below, the SwiGLU
-    epilogue) whose warps all own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most
+    one-row launch of a pipelined plan (``depth`` 1) without the SwiGLU epilogue or the fused norm whose warps all
+    own the same number of groups, at most ``WHOLE_MAX_U``, and hold at most
     ``WHOLE_MAX_WORDS`` weight words a lane (8-bit g64 at the 4-bit plan's 8 groups would need 128: it keeps the
     plan's kernel). The value: 8 (scales and biases eight a 16-byte load) for bf16 scales whose rows and arrays
     allow it, else 1. The same bits as the plan's kernel, so the choice may follow the row count.
 
-    ``TENSORFOLD_TC_WHOLE_GLU=1`` (read at each launch; ``0`` default) lets the form take a launch with the SwiGLU
-    epilogue too (the 2B gate | up, 12288 x 2048: 8 groups a warp, 64 weight words a lane; the generator's epilogue
-    is the plan kernel's, the same bits in the simulator), bounded to ``WHOLE_GLU_WARPS`` warps an SM. Built in
-    session 42; measured there (H100, 2B one stream, two rounds): 808.8 / 810.0 tok/s against 808.3 / 813.2 with
-    ``1`` alone, a tie, so it stays off.
+    Session 42 also timed the form on the 2B gate | up launch with its SwiGLU epilogue (35e53e0, bounded to 3 blocks
+    an SM): 808.8 / 810.0 tok/s against 808.3 / 813.2 without, a tie; that switch was removed.
 
     Session 42 (H100, ``bench_decode --ab-env``, one process, two rounds, tok/s at one stream): ``1`` against ``sq``
     at 2B (in_all, q/k/v and down take the form too) 808.3 / 813.2 against 767.1 / 770.7 (+5 %; both with the GDN
@@ -1401,14 +1393,9 @@ def tc_whole(plan, R: int, nt: int, glu: bool, nrm, S, B) -> int:
     (8 warps an SM) then takes 3.3 us on its own; the form gains little because the kernel is bound by those, not
     by the loads' latency."""
     v = env_choice("TENSORFOLD_TC_WHOLE", "1", ("0", "1", "sq"), "first tensor-core kernel's whole-share form")
-    if v == "0":
+    if v == "0" or (v == "sq" and plan.out != plan.inp):
         return 0
-    if glu:  # the SwiGLU epilogue: only under its own switch, whatever the shape
-        if env_choice("TENSORFOLD_TC_WHOLE_GLU", "0", ("0", "1"), "whole-share form with the SwiGLU epilogue") != "1":
-            return 0
-    elif v == "sq" and plan.out != plan.inp:
-        return 0
-    if not (plan.tc and plan.pipe and plan.depth == 1 and R == 1 and nt == 1 and nrm is None):
+    if not (plan.tc and plan.pipe and plan.depth == 1 and R == 1 and nt == 1 and not glu and nrm is None):
         return 0
     ng = plan.inp // plan.group
     nw = plan.tpb // 32
@@ -1578,7 +1565,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         nw, vs, u, rg = tc_geometry(plan, wh)
         tpb = 32 * nw
         if wh:
-            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, glu, whole=wh, rg=rg,
+            k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg,
                               wpre=tc_whole_pre(u))
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
@@ -1806,40 +1793,24 @@ def _specs():
         if (f, _Q) not in specs:
             specs.append((f, _Q))
             hot.add(f.__name__)
-    # the whole-share form (TENSORFOLD_TC_WHOLE) at the square plans: 9B 4096 x 4096 (pipe2 at 16 K ranges: 4
-    # groups a warp, 16 warps; 8 groups and scales eight a load at 8) and 2B 2048 x 2048 (w16, 2 groups a warp,
-    # scalar scale loads), one row (hot)
-    for out in (2048, 4096):
-        p = plan_tc(out, out, 4, 64)
-        nw, _, pw, rg = tc_geometry(p, 1)
-        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg)
-        specs.append((f, _Q))
-        hot.add(f.__name__)
-    # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
-    f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
-    specs.append((f, _Q))
-    hot.add(f.__name__)
-    # ... and the 2B launches that take it under the default TENSORFOLD_TC_WHOLE=1: in_proj (8224 x 2048, pipe2, 8
-    # groups a warp), q/k/v (5120 x 2048, 4 groups) and down (2048 x 6144, w16, 6 groups, scalar scale loads)
-    for out, inp in ((8224, 2048), (5120, 2048), (2048, 6144)):
+    # the whole-share form (TENSORFOLD_TC_WHOLE=1), one row (hot), as tc_whole picks it: 9B 4096 x 4096 (pipe2 at
+    # 16 K ranges: 4 groups a warp, 16 warps), and the 2B launches: out_proj / o_proj 2048 x 2048 (w16, 2 groups),
+    # in_proj 8224 x 2048 (pipe2, 8 groups, scales eight a 16-byte load), q/k/v 5120 x 2048 (4 groups), down
+    # 2048 x 6144 (w16, 6 groups); the 9B one also with half its share after the wait (TENSORFOLD_TC_WHOLE_HALF=1)
+    def whole_spec(out, inp, half=False):
         p = plan_tc(out, inp, 4, 64)
         nw, _, pw, rg = tc_geometry(p, 1)
-        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg)
+        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg,
+                          wpre=pw // 2 if half else 0)
         if (f, _Q) not in specs:
             specs.append((f, _Q))
             hot.add(f.__name__)
-    # ... and the 2B gate | up one with the SwiGLU epilogue (TENSORFOLD_TC_WHOLE_GLU=1: 8 groups a warp, 4 warps;
-    # the GPU build bounds it to 3 blocks an SM: tests/kernels/test_compile_bounds.py)
-    p = plan_tc(12288, 2048, 4, 64)
-    nw, _, pw, rg = tc_geometry(p, 1)
-    f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, glu=True, whole=8 if pw % 8 == 0 else 1, rg=rg)
-    specs.append((f, _Q))
-    hot.add(f.__name__)
-    # ... and the 9B one with half its share loaded after the wait (TENSORFOLD_TC_WHOLE_HALF=1)
-    p = plan_tc(4096, 4096, 4, 64)
-    nw, _, pw, rg = tc_geometry(p, 1)
-    f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg,
-                      wpre=pw // 2)
+
+    for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
+        whole_spec(out, inp)
+    whole_spec(4096, 4096, half=True)
+    # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
+    f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
     specs.append((f, _Q))
     hot.add(f.__name__)
     # 8-bit g64 through a 16-warp variant (capped at 8 warps for 4+ words a lane and group), both n-tiles

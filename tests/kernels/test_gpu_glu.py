@@ -60,37 +60,3 @@ def test_glu_real_shapes(label, out, inp):
             for r in (0, 9):
                 yr = run(x[r:r + 1], True).copy_to_host()
                 assert np.array_equal(yr.view(np.uint32), y[r:r + 1].view(np.uint32)), f"{label} row {r} alone"
-
-
-def test_glu_whole_form_2b(monkeypatch):
-    """``TENSORFOLD_TC_WHOLE_GLU=1`` (session 42, opt-in): the 2B gate | up one-row launch in the whole-share form
-    (8 groups a warp, bounded to 3 blocks an SM) equals the plan's SwiGLU kernel bit for bit; two rows keep the
-    plan's kernel."""
-    from tensorfold.kernels import affine as A
-
-    cuda = _cuda()
-    bits, group, out, inp = 4, 64, 12288, 2048
-    I = out // 2
-    P, S, B = _rand_q(out, inp, bits, group)
-    plan = A.plan_qgemv(out, inp, bits, group)
-    dev = [cuda.to_device(a) for a in (P, S, B)]
-    x = rng.standard_normal((2, inp)).astype(np.float32)
-    seen = []
-    lookup = A.get_tc_kernel
-    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("whole", 0)) or lookup(*a, **k))
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
-
-    def run(R):
-        y = cuda.to_device(np.full((R, I), np.nan, np.float32))
-        A.launch_qgemv(*dev, cuda.to_device(x[:R]), y, bits, group, plan, rows=R, glu=True)
-        return y.copy_to_host()
-
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_GLU", "0")
-    base = run(1)
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_GLU", "1")
-    y1 = run(1)
-    y2 = run(2)
-    assert seen == [0, 8, 0], seen
-    assert not np.isnan(y1).any()
-    assert np.array_equal(y1.view(np.uint32), base.view(np.uint32))
-    assert np.array_equal(y2[:1].view(np.uint32), y1.view(np.uint32))

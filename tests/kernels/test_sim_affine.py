@@ -423,15 +423,7 @@ def test_tc_whole_switch(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
     S = sb(1024, 1024)
     assert A.tc_whole(sq, 2, 1, False, None, S, S) == 0  # two rows
-    assert A.tc_whole(sq, 1, 1, True, None, S, S) == 0  # SwiGLU epilogue (unless TENSORFOLD_TC_WHOLE_GLU=1)
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_GLU", "1")
-    assert A.tc_whole(sq, 1, 1, True, None, S, S) == 8
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "sq")  # the epilogue's switch, not the shape, decides for it
-    assert A.tc_whole(wide, 1, 1, True, None, sb(2048, 1024), sb(2048, 1024)) == 8
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
-    assert A.tc_whole(wide, 1, 1, True, None, sb(2048, 1024), sb(2048, 1024)) == 0
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_GLU", "0")
+    assert A.tc_whole(sq, 1, 1, True, None, S, S) == 0  # SwiGLU epilogue
     assert A.tc_whole(plan(1024, 1024, pipe=False), 1, 1, False, None, S, S) == 0  # not pipelined
     assert A.tc_whole(plan(1024, 1024, tpb=96), 1, 1, False, None, S, S) == 0  # 16 groups over 3 warps
     S2 = sb(64, 2048)

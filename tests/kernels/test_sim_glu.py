@@ -77,39 +77,6 @@ def test_first_kernel_glu(nw, mt, u):
     _run(launch, x, P, S, B, bits, group)
 
 
-@pytest.mark.parametrize("nw,pw,want", [(2, 8, 8), (4, 2, 1)])
-def test_first_kernel_glu_whole(nw, pw, want, monkeypatch):
-    """``TENSORFOLD_TC_WHOLE_GLU=1`` (session 42, opt-in): a one-row launch with the SwiGLU epilogue takes the
-    whole-share form (``whole`` 8: scales eight a 16-byte load, 8 groups a warp as the 2B gate | up; 1: scalar
-    loads); the same bits as the plan's SwiGLU kernel, within the float64 oracle's bound. Two rows, or the switch
-    off, keep the plan's kernel."""
-    bits, group = 4, 64
-    K = pw * nw * group
-    P, S, B, x = _case(bits, group, K)
-    plan = A.GemvPlan(2 * I_, K, bits, group, 32 * nw, 1, True, 2, 2, True, 1, "pipe2")
-    seen = []
-    lookup = A.get_tc_kernel
-    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append((k.get("whole", 0), a[9])) or lookup(*a, **k))
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
-
-    def run(rows):
-        y = np.full((rows, I_), np.nan, np.float32)
-        A.launch_qgemv(P, S, B, x[:rows], y, bits, group, plan, glu=True)
-        assert not np.isnan(y).any()
-        return y
-
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_GLU", "0")
-    base = run(1)
-    monkeypatch.setenv("TENSORFOLD_TC_WHOLE_GLU", "1")
-    y1 = run(1)
-    two = run(2)
-    assert seen == [(0, True), (want, True), (0, True)], seen
-    assert np.array_equal(y1.view(np.uint32), base.view(np.uint32))
-    assert np.array_equal(two[:1].view(np.uint32), y1.view(np.uint32))
-    ref, bound = _oracle64(x[:1], P, S, B, bits, group)
-    assert (np.abs(y1 - ref) <= bound).all()
-
-
 @pytest.mark.parametrize("bits,group,ks,mt", [(4, 64, 1, 1), (4, 64, 2, 2), (2, 128, 2, 1), (8, 32, 1, 2)])
 def test_qgemv_glu(bits, group, ks, mt):
     K = 512 if group == 128 else 256
