@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 42, call 2: the final code (TENSORFOLD_TC_WHOLE=1 the default; the GDN cluster tail removed; early gate
 # loads). (1) GPU tier: run-ahead + backend parity, graphs, attention + GEMV (not the variants) + fused GDN + the
-# SwiGLU GEMV (incl. the opt-in whole form). (2) 2B decode, one process, TC_WHOLE sq vs 1 (the default) over two
+# SwiGLU GEMV. (2) 2B decode, one process, TC_WHOLE sq vs 1 (the default) over two
 # rounds, without the cluster tail this time: predicted +4 to +5 % at one stream (call 1: +5 % with it).
 # (3) 9B and 27B decode at the defaults (1 and 8 streams).
 . benchmarks/_dec.sh
