@@ -78,36 +78,54 @@ def _collect(eng, reqs):
     return got
 
 
+def _ref_tol(cpu, prompt, out_ids):
+    """The cpu backend's logits for every row of prompt + out_ids (row j predicts the token after position j), made
+    into a bound a row on what bf16 may move a log-probability or a gap between two logits: the logits test above
+    allows max|dlogit| <= 2 % of the row's largest |logit|, a log-probability moves by dlogit_t - dlse (each at most
+    that much), and so does a gap logit_i - logit_j. A row taken from the wrong position is off by units."""
+    slot = cpu.backend.new_slot()
+    try:
+        rows = cpu.backend.prefill_rows(slot, list(prompt) + list(out_ids), 0)
+    finally:
+        cpu.backend.free(slot)
+    return 2 * 2e-2 * np.max(np.abs(rows[:, : cpu.valid_vocab]), axis=1)
+
+
 def test_logprobs_match_cpu(engines):
     """logprobs and prompt logprobs from the cuda backend's kept rows (decode graphs, packed prompt forwards, eager
     all-rows prompt forwards) against the cpu backend's, greedy so both draw the same tokens: log-probabilities
-    within 0.25 (bf16 weights and activations: the logits test above allows 2 % of the largest logit; a row taken
-    from the wrong position is off by units), the alternatives' ids equal where the cpu's gaps exceed 0.5 (the
-    greedy streams are compared up to a near tie, where bf16 and float32 may part); a request without logprobs
-    keeps its tokens beside them."""
+    within the bound `_ref_tol` derives a row from the logits test's 2 % (session 42 saw 0.34-0.40 on random
+    prompt tokens, whose logprobs sit deep in the tail, against a fixed 0.25 that the logits test's own allowance
+    exceeds at this model's logit scale of about 13); the alternatives' ids equal where every gap between them exceeds
+    the bound (greedy streams are compared up to a near tie, where bf16 and float32 may part); a request without
+    logprobs keeps its tokens beside them. Fresh prompts each run; the seed is in every failure's message."""
     cpu, gpu = engines
     from tensorfold.engine import SamplingParams
 
-    rng = np.random.default_rng()
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
     prompts = [[int(t) for t in rng.integers(0, cpu.valid_vocab, n)] for n in (9, 70, 33)]
     reqs = [(prompts[0], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)),
             (prompts[1], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, logprobs=2, prompt_logprobs=2)),
             (prompts[2], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))]
     want, have = _collect(cpu, reqs), _collect(gpu, reqs)
-    assert have[2][0] == gpu.generate(*reqs[2])  # beside logprobs requests, the same tokens as alone
-    for (ic, lc, pc), (ig, lg, pg) in zip(want[:2], have[:2]):
-        assert len(ig) == len(ic) and len(lg) == len(lc) == len(ic)
-        for (tc, vc, topc), (tg, vg, topg) in zip(lc, lg):
+    assert have[2][0] == gpu.generate(*reqs[2]), seed  # beside logprobs requests, the same tokens as alone
+    for (prompt, _), (ic, lc, pc), (ig, lg, pg) in zip(reqs[:2], want[:2], have[:2]):
+        assert len(ig) == len(ic) and len(lg) == len(lc) == len(ic), seed
+        tol = _ref_tol(cpu, prompt, ic)
+        for k, ((tc, vc, topc), (tg, vg, topg)) in enumerate(zip(lc, lg)):
+            t = tol[len(prompt) - 1 + k]  # the row that drew output k
             if tg != tc:  # greedy may part at a near tie (bf16 against float32): then nothing after is comparable
-                assert topc[0][1] - topc[1][1] < 0.5, (topc, topg)
+                assert topc[0][1] - topc[1][1] < t, (seed, k, topc, topg)
                 break
-            assert abs(vg - vc) < 0.25
-            assert len(topg) == len(topc)
+            assert abs(vg - vc) < t, (seed, k, vg, vc, t)
+            assert len(topg) == len(topc), seed
             gaps = np.diff([v for _, v in topc])
-            if np.min(-gaps) > 0.5:
-                assert [i for i, _ in topg] == [i for i, _ in topc]
-        assert (pg is None) == (pc is None)
-        if pc is not None:  # the prompt is the same ids on both, so every entry compares
-            assert pg[0] is None and pc[0] is None and len(pg) == len(pc)
-            assert all(a[0] == b[0] for a, b in zip(pg[1:], pc[1:]))
-            assert max(abs(a[1] - b[1]) for a, b in zip(pg[1:], pc[1:])) < 0.25
+            if np.min(-gaps) > t:
+                assert [i for i, _ in topg] == [i for i, _ in topc], (seed, k, topc, topg)
+        assert (pg is None) == (pc is None), seed
+        if pc is not None:  # the prompt is the same ids on both, so every entry compares; entry i is row i - 1's
+            assert pg[0] is None and pc[0] is None and len(pg) == len(pc), seed
+            assert all(a[0] == b[0] for a, b in zip(pg[1:], pc[1:])), seed
+            err = [abs(a[1] - b[1]) - tol[i] for i, (a, b) in enumerate(zip(pg[1:], pc[1:]))]
+            assert max(err) < 0, (seed, int(np.argmax(err)), max(err))
