@@ -710,7 +710,7 @@ def _tc_sb_f(S, B, off):
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
                    pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False,
-                   whole: int = 0, vs: int = 1, rg: int = 1, wpre: int = 0, ntl=None) -> str:
+                   whole: int = 0, vs: int = 1, rg: int = 1, wpre: int = 0) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -752,10 +752,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     wait, the rest right after x's loads are issued (before x is stored to shared memory), so x's loads queue
     behind less; load order only, the same bits.
 
-    ``ntl`` (one row, one K split, no SwiGLU: the launch checks): after its stores, the launch's last block to
-    arrive does the add + RMSNorm that reads y (``norms.tail_norm_lines`` at the standalone kernel's geometry
-    ``ntl``; arguments ``norms.TAIL_ARGS`` after ``c1``), so the norm needs no launch of its own.
-
     ``rg`` (reduction groups, ``nw > 1``): the cross-warp sum adds the warps' partial tiles ``rg`` at a time first
     (``(p0 + p1) + p2 ..`` within a group), then the group sums in warp order.
 
@@ -769,7 +765,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     assert depth >= 1 and (pipe or depth == 1)
     assert vs >= 1 and (vs == 1 or not (whole or l2 or rg > 1)) and nw % rg == 0
     assert wpre == 0 or (whole and 0 < wpre < u)
-    assert ntl is None or (nt == 1 and not glu and not nrm)
     assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
                          and u % whole == 0)
     lw, cl, steps = _tc_lane_layout(bits, group)
@@ -778,8 +773,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     L = []
     a = L.append
     extra = ", " + norms.FUSED_ARGS if nrm else ""
-    if ntl:
-        extra += ", " + norms.TAIL_ARGS
     a(f"def {name}(W, S, B, x, y, R, c0, c1{extra}):")
     if _device.gemv_trigger_here("start"):
         a("    pdl_trigger()")  # kernels._pdl: the next launch may start now
@@ -1063,18 +1056,15 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
                     store("        ", m, n, i, "tot")
                 else:
                     store("    ", m, n, i, f"acc{m}_{n}_{i}")
-    if ntl:
-        L.extend(norms.tail_norm_lines("    ", ntl, nw * 32, "y[0]"))
     return "\n".join(L) + "\n"
 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1, wpre: int = 0, ntl=None):
+                  vs: int = 1, rg: int = 1, wpre: int = 0):
     glu, l2, whole, vs, rg, wpre = bool(glu), bool(l2), int(whole), int(vs), int(rg), int(wpre)
     nrm = tuple(nrm) if nrm else None
-    ntl = tuple(ntl) if ntl else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre, ntl)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -1093,8 +1083,6 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += f"_rg{rg}"
         if wpre:
             name += f"_pre{wpre}"
-        if ntl:
-            name += f"_nt{ntl[0]}x{ntl[1]}"
         extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
@@ -1105,24 +1093,22 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             extra.update(norms.fused_glb())
         if whole:
             extra.update(_ldf_h8=_ldf_h8, _bf_hi=_qgemv3._bf_hi, bf16_to_f32=bf16_to_f32)
-        if ntl:
-            extra.update(norms.tail_glb())
         _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2,
-                                                   whole, vs, rg, wpre, ntl), extra)
+                                                   whole, vs, rg, wpre), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1, wpre: int = 0, ntl=None):
+                  vs: int = 1, rg: int = 1, wpre: int = 0):
     key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
-           int(whole), int(vs), int(rg), int(wpre), tuple(ntl) if ntl else None)
+           int(whole), int(vs), int(rg), int(wpre))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
-                                                 vs, rg, wpre, ntl), **kw)
+                                                 vs, rg, wpre), **kw)
     return _KCACHE[key]
 
 
@@ -1540,7 +1526,7 @@ def glu_faster(plan, out: int, rows: int) -> bool:
 
 
 def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = None, ws=None, stream=0, rows=None,
-                 no: int | None = None, glu: bool = False, cnt=None, norm=None, tail=None):
+                 no: int | None = None, glu: bool = False, cnt=None, norm=None):
     """y[:R] = x[:R] @ dequant(W, S, B).T on the device (R = rows or x.shape[0], 1..16 rows per launch is the
     intended use; more rows work). Arrays are device arrays (or numpy in the simulator). ``ws`` is the split-K
     workspace (float32, at least ``[plan.ks, R, out]``) when ``plan.ks > 1``; ``stream`` may be a graph builder.
@@ -1549,9 +1535,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
     GEMV's epilogue; only where :func:`glu_ok` (a ValueError otherwise). ``cnt``: qgemv's arrival counters
     (``qgemv.new_counters``; default the shared set). ``norm`` = (h, d, mult, h_out, eps): one row whose x the
     kernel makes first as ``norms.launch_add_rms_norm(d, h, mult, x, eps)`` would (the residual into ``h_out``);
-    tensor-core plans only (:func:`norm_fusable`), a ValueError otherwise. ``tail`` = (h, mult, x_out, eps, cnt):
-    one row whose add + RMSNorm ``norms.launch_add_rms_norm(y, h, mult, x_out, eps)`` the launch's last block does
-    after the GEMV (``cnt``: ``norms.new_tail_counter()``); only where :func:`tail_ok`, a ValueError otherwise."""
+    tensor-core plans only (:func:`norm_fusable`), a ValueError otherwise."""
     R = int(rows if rows is not None else x.shape[0])
     out, inp = S.shape[0], x.shape[1]  # rows from the scales: a swept weight (qgemv plan.sw) is [pieces, ...]
     if plan is None:
@@ -1574,10 +1558,6 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         raise ValueError(f"launch_qgemv: a fused add + RMSNorm needs a tensor-core plan whose blocks all have K "
                          f"columns ({plan})")
     nrm, nargs = norms.fused_args(norm, x, R)
-    if tail is not None and not (no is None and norm is None and tail_ok(plan, R, glu, S, B)):
-        raise ValueError(f"launch_qgemv: a norm tail needs one row of a first-kernel plan in the whole-share form, "
-                         f"one K split, no SwiGLU epilogue ({plan}, R {R})")
-    ntl, targs = norms.tail_args(tail, y, R, out)
     tpb = plan.tpb
     if plan.tc:
         nt = 1 if R <= 8 else 2
@@ -1586,7 +1566,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         tpb = 32 * nw
         if wh:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg,
-                              wpre=tc_whole_pre(u), ntl=ntl)
+                              wpre=tc_whole_pre(u))
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
                               vs == 1 and tc_l2(out, inp), vs=vs)
@@ -1598,7 +1578,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         grid = (-(-out // no), -(-R // rb), plan.ks)
     if plan.ks == 1:
         y3 = y.reshape((1,) + tuple(y.shape))
-        k[grid, tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0), *nargs, *targs)
+        k[grid, tpb, stream](W, S, B, x, y3, np.int32(R), np.int32(0), np.int32(0), *nargs)
     else:
         if ws is None:
             raise ValueError("launch_qgemv: plan.ks > 1 needs a workspace ws [ks, R, out] float32")
@@ -1606,15 +1586,6 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         n = R * out
         _splitk_reduce[min(1024, -(-n // 256)), 256, stream](ws, y, np.int32(R))
     return y
-
-
-def tail_ok(plan, R: int, glu: bool, S, B) -> bool:
-    """Whether :func:`launch_qgemv` takes ``tail=`` for this launch: one row of a first-kernel plan that runs the
-    whole-share form (:func:`tc_whole`) with one K split and no SwiGLU epilogue, whose output rows the vectorized norm
-    kernel takes (``norms.fuse_geometry``). The 2B output projections and down, the 9B output projections."""
-    if not (isinstance(plan, GemvPlan) and plan.tc and plan.ks == 1 and R == 1 and not glu):
-        return False
-    return bool(tc_whole(plan, 1, 1, False, None, S, B)) and norms.fuse_geometry(plan.out) is not None
 
 
 def norm_fusable(plan) -> bool:
@@ -1754,7 +1725,6 @@ def launch_qgemm(W, S, B, x, y, bits: int, group: int, stream=0, rows=None):
 _Q = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _QF = "void(uint32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _QN = _Q[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"  # + norms.FUSED_ARGS
-_QT = _Q[:-1] + ", float32[:, ::1], float32[::1], float32[:, ::1], float32, int32[::1])"  # + norms.TAIL_ARGS
 _D = "void(uint32[:, ::1], float32[:, ::1], float32[:, :, ::1], int32, int32, int32)"
 _G = "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
 
@@ -1827,23 +1797,18 @@ def _specs():
     # 16 K ranges: 4 groups a warp, 16 warps), and the 2B launches: out_proj / o_proj 2048 x 2048 (w16, 2 groups),
     # in_proj 8224 x 2048 (pipe2, 8 groups, scales eight a 16-byte load), q/k/v 5120 x 2048 (4 groups), down
     # 2048 x 6144 (w16, 6 groups); the 9B one also with half its share after the wait (TENSORFOLD_TC_WHOLE_HALF=1)
-    def whole_spec(out, inp, half=False, tail=False):
+    def whole_spec(out, inp, half=False):
         p = plan_tc(out, inp, 4, 64)
         nw, _, pw, rg = tc_geometry(p, 1)
-        ntl = norms.norm_v_geometry(out, False) if tail else None
         f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg,
-                          wpre=pw // 2 if half else 0, ntl=ntl)
-        sig = _QT if tail else _Q
-        if (f, sig) not in specs:
-            specs.append((f, sig))
+                          wpre=pw // 2 if half else 0)
+        if (f, _Q) not in specs:
+            specs.append((f, _Q))
             hot.add(f.__name__)
 
     for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
         whole_spec(out, inp)
     whole_spec(4096, 4096, half=True)
-    # with the norm tail (TENSORFOLD_NORM_TAIL=1): the 9B output projections, the 2B ones and the 2B down
-    for out, inp in ((4096, 4096), (2048, 2048), (2048, 6144)):
-        whole_spec(out, inp, tail=True)
     # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
     f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)
     specs.append((f, _Q))

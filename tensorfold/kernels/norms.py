@@ -210,25 +210,6 @@ if not IS_SIM:
 
         return sig, codegen
 
-    @_intrinsic
-    def _ld4cg(typingctx, arr, r, c):
-        """(arr[r, c], .., arr[r, c + 3]) with one 16-byte ``ld.global.cg`` (L2, not this SM's L1): values that other
-        blocks of the same launch stored (a GEMV's output, read by its last block after the arrival counter)."""
-        if not (isinstance(arr, _types.Array) and arr.dtype == _types.float32 and arr.ndim == 2):
-            return None
-        sig = _types.UniTuple(_types.float32, 4)(arr, r, c)
-
-        def codegen(context, builder, sig, args):
-            ptr = _ptr2(context, builder, sig.args[0], args[0], args[1], args[2], sig.args[1], sig.args[2])
-            f = _ir.FloatType()
-            asm = _ir.InlineAsm(_ir.FunctionType(_ir.LiteralStructType([f] * 4), [ptr.type]),
-                                "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,~{memory}",
-                                side_effect=True)
-            res = builder.call(asm, [ptr])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(4)])
-
-        return sig, codegen
-
 else:
 
     @cuda.jit(device=True)
@@ -245,8 +226,6 @@ else:
     @cuda.jit(device=True)
     def _ld4v(arr, c):
         return arr[c], arr[c + 1], arr[c + 2], arr[c + 3]
-
-    _ld4cg = _ld4
 
 
 VEC_MAX = 8  # float4 columns a thread at most (rows up to 8192 wide at 256 threads)
@@ -448,114 +427,6 @@ def fused_norm_lines(ind: str, geo, nthreads: int, k0: str, k1: str, klen: int =
         a(f"{J}    _st4(x, 0, nf_e{it}, nf_y0, nf_y1, nf_y2, nf_y3)")
     a(f"{ind}cuda.syncthreads()")
     return L
-
-
-def tail_on() -> bool:
-    """``TENSORFOLD_NORM_TAIL=1`` (read at each forward): a one-row add + RMSNorm runs in the last block of the GEMV
-    whose output it adds (:func:`tail_norm_lines`) instead of as its own launch. Off by default until timed."""
-    return os.environ.get("TENSORFOLD_NORM_TAIL", "0").strip() == "1"
-
-
-TAIL_ARGS = "nt_h, nt_m, nt_x, nt_eps, nt_cnt"  # the arguments a GEMV kernel takes for a norm tail
-
-
-def tail_glb() -> dict:
-    """Names :func:`tail_norm_lines` uses, for the generated kernel's globals."""
-    return {"math": math, "warp_sum": warp_sum, "_ld4cg": _ld4cg, "_st4": _st4, "_ld4v": _ld4v}
-
-
-def tail_norm_lines(ind: str, geo, nthreads: int, dsrc: str) -> list:
-    """Source lines that end a one-row GEMV whose every output the launch writes (``dsrc``: an expression of the
-    kernel for its y as a ``[1, n]`` array; not an argument of its own, which the simulator would copy back apart):
-    the add + RMSNorm of :func:`launch_add_rms_norm` (``v = nt_h + nt_d``, residual ``nt_h = v`` in place,
-    ``nt_x = v / sqrt(mean(v^2) + eps) * nt_m``), run by the launch's last block to arrive. Each block fences its
-    stores and counts itself on ``nt_cnt[0]`` (one atomic a block); the block that brings the count to the grid's
-    size resets it and reads the row back from L2 (``ld.global.cg``: other blocks wrote it during this launch).
-
-    The reduction is the standalone vectorized kernel's at its geometry ``geo`` = (threads, float4 a thread), as in
-    :func:`fused_norm_lines`: the block's real warps take its virtual warps in turn, each virtual lane's squares in
-    the same order, the same butterfly, the warp partials in order. So x and the residual get the standalone
-    launch's bits (which windows and several streams get), whatever the GEMV's block size."""
-    ntpb, vpt = geo
-    nvw = ntpb // 32
-    nwr = nthreads // 32
-    rounds = -(-nvw // nwr)
-    L = []
-    a = L.append
-    J = ind + "    "
-    K = J + "    "
-    a(f"{ind}nt_fl = cuda.shared.array(1, np.int32)")
-    a(f"{ind}nt_red = cuda.shared.array(32, np.float32)")
-    a(f"{ind}cuda.threadfence()")  # this thread's y stores visible before the block counts itself
-    a(f"{ind}cuda.syncthreads()")
-    a(f"{ind}if cuda.threadIdx.x == 0:")
-    a(f"{J}nt_fl[0] = cuda.atomic.add(nt_cnt, 0, 1)")
-    a(f"{ind}cuda.syncthreads()")
-    a(f"{ind}if nt_fl[0] == cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z - 1:")  # block-uniform
-    a(f"{J}nt_tid = cuda.threadIdx.x")
-    a(f"{J}nt_lane = nt_tid & 31")
-    a(f"{J}if nt_tid == 0:")
-    a(f"{K}nt_cnt[0] = 0")
-    a(f"{J}nt_d = {dsrc}")
-    a(f"{J}nt_n = nt_d.shape[1]")
-    for q in range(rounds):
-        a(f"{J}nt_vw{q} = {q * nwr} + (nt_tid >> 5)")
-        for j in range(vpt):  # every load of the thread issued before any is used: one L2 round trip
-            t = f"{q}_{j}"
-            a(f"{J}nt_c{t} = (nt_vw{q} * 32 + nt_lane + {j * ntpb}) * 4")
-            a(f"{J}nt_ok{t} = nt_c{t} < nt_n and nt_vw{q} < {nvw}")
-            a(f"{J}nt_cc{t} = nt_c{t} if nt_ok{t} else 0")
-            a(f"{J}nt_a{t}_0, nt_a{t}_1, nt_a{t}_2, nt_a{t}_3 = _ld4cg(nt_d, 0, nt_cc{t})")
-            a(f"{J}nt_b{t}_0, nt_b{t}_1, nt_b{t}_2, nt_b{t}_3 = _ld4cg(nt_h, 0, nt_cc{t})")
-            a(f"{J}nt_m{t}_0, nt_m{t}_1, nt_m{t}_2, nt_m{t}_3 = _ld4v(nt_m, nt_cc{t})")
-    # every warp calls the warp sum the same number of times (the simulator's warp sums are block barriers)
-    for q in range(rounds):
-        a(f"{J}nt_ss = np.float32(0.0)")
-        for j in range(vpt):
-            t = f"{q}_{j}"
-            for e in range(4):
-                a(f"{J}nt_v{t}_{e} = nt_b{t}_{e} + nt_a{t}_{e}")
-            a(f"{J}if nt_ok{t}:")
-            for e in range(4):
-                a(f"{K}nt_ss += nt_v{t}_{e} * nt_v{t}_{e}")
-        a(f"{J}nt_s = warp_sum(nt_ss)")
-        a(f"{J}if nt_lane == 0 and nt_vw{q} < {nvw}:")
-        a(f"{K}nt_red[nt_vw{q}] = nt_s")
-    a(f"{J}cuda.syncthreads()")
-    a(f"{J}nt_tot = nt_red[0]")
-    a(f"{J}for nt_i in range(1, {nvw}):")
-    a(f"{K}nt_tot += nt_red[nt_i]")
-    a(f"{J}nt_inv = np.float32(1.0) / np.float32(math.sqrt(nt_tot / np.float32(nt_n) + nt_eps))")
-    for q in range(rounds):
-        for j in range(vpt):
-            t = f"{q}_{j}"
-            a(f"{J}if nt_ok{t}:")
-            a(f"{K}_st4(nt_h, 0, nt_c{t}, " + ", ".join(f"nt_v{t}_{e}" for e in range(4)) + ")")
-            a(f"{K}_st4(nt_x, 0, nt_c{t}, " + ", ".join(f"nt_v{t}_{e} * nt_inv * nt_m{t}_{e}" for e in range(4))
-              + ")")
-    return L
-
-
-def new_tail_counter():
-    """The zeroed arrival counter of the norm tails (one int32; launches in one stream may share it: each touches it
-    only after its PDL wait, when the previous launch has completed, and its last block resets it)."""
-    z = np.zeros(1, np.int32)
-    return z if IS_SIM else cuda.to_device(z)
-
-
-def tail_args(tail, y, R: int, out: int):
-    """(tail geometry, extra kernel arguments) of a GEMV launch given ``tail`` = (h, mult, x_out, eps, cnt) or None
-    (-> (None, ())); a ValueError where :func:`tail_norm_lines` cannot serve it."""
-    if tail is None:
-        return None, ()
-    h, mult, xo, eps, cnt = tail
-    geo = fuse_geometry(out)
-    if R != 1 or geo is None or not vec_aligned(y, h, mult, xo) or \
-            not (tuple(h.shape) == tuple(xo.shape) == (1, out) and tuple(mult.shape) == (out,)
-                 and y.shape[1] == out):
-        raise ValueError(f"GEMV with a norm tail: one row (R {R}), rows of {out} that the vectorized norm kernel "
-                         "takes, y / h / x_out [1, out], mult [out], 16-byte aligned")
-    return geo, (h, mult, xo, np.float32(eps), cnt)
 
 
 def fused_args(norm, x, R: int, defer: bool = False):

@@ -505,7 +505,6 @@ class Buffers:
         self.ws = d(ws, f)
         qgemv.counters()  # the stand-in workspace of one-chunk qgemv launches, allocated before any graph capture
         self.qcnt = qgemv.new_counters()  # this runner's own split-K arrival counters (runners may share a GPU)
-        self.ncnt = norms.new_tail_counter()  # and the norm tails' (affine.launch_qgemv(tail=))
         self.chunk = delta_rule.chunk_workspace(max(1, prompt_rows), Hk, Hv, Dk, Dv) if prompt_rows else None
         # v3 prompt-GEMM scratch (x split into bf16 mma fragments + group sums) for the widest GEMM input: static,
         # so that captured prompt graphs never allocate and always see the same pointers
@@ -635,8 +634,6 @@ class Runner:
         self._hc = None  # the residual's buffer: buf.h, or buf.h2 after an odd number of fused norms
         self.n_fused = 0  # add + RMSNorms issued inside a GEMV (graph captures count once)
         self.n_deferred = 0  # GEMV launches issued with a deferred completion (graph captures count once)
-        self._tail = self._tailed = False  # norms.tail_on() for the forward being issued; the next norm is done
-        self.n_tailed = 0  # add + RMSNorms issued as a GEMV's tail (graph captures count once)
         # the partial-summing add + RMSNorm is the vectorized kernel only: every norm weight it may get must be
         # 16-byte aligned (an arena vector at an odd offset is not)
         self._norms_vec = norms.vec_aligned(*[arena.vec(f"layers.{l}.{k}") for l in range(c.num_hidden_layers)
@@ -697,14 +694,12 @@ class Runner:
             return ent["sw"][1]
         return ent["kind"] == "affine" and affine.glu_faster(ent["plan"], ent["out"], R)
 
-    def _linear(self, name, x, y, R, prompt, stream, glu=False, defer=False, then=None):
+    def _linear(self, name, x, y, R, prompt, stream, glu=False, defer=False):
         """y[:R] = x[:R] @ W.T (GEMM for prompt rows, else GEMVs of up to GEMV_ROWS rows); ``glu`` (see
         :meth:`_glu`): y[:R] = swiglu of W's gate and up halves. ``defer`` (output projections and down, whose only
         reader is :meth:`_add_norm`): where :func:`defer_on` and the launch allows (swept qgemv plan with several K
         chunks, at most 8 rows), y is not written; the partial sums wait in the workspace for :meth:`_add_norm`
-        (the same bits). ``then`` (with ``defer``): the norm weight of the add + RMSNorm that follows; under
-        ``norms.tail_on`` a one-row launch that ``affine.tail_ok`` takes does that norm in its last block, and
-        :meth:`_add_norm` then launches nothing (the same bits)."""
+        (the same bits)."""
         ent = self.arena.linear(name)
         norm = self._take_norm(ent, x, R, prompt, stream) if self._pend is not None else None
         if defer:
@@ -734,22 +729,12 @@ class Runner:
                     self._dparts = ws
                     self.n_deferred += 1
             elif ent["kind"] == "affine":
-                tail = None
-                if (then is not None and R == 1 and norm is None and self._tail and self._norms_vec
-                        and affine.tail_ok(p, 1, glu, ent["S"], ent["B"])):
-                    tail = (self._hc[:1], then, self.buf.x[:1], self.eps, self.buf.ncnt)
-                    self._tailed = True
-                    self.n_tailed += 1
                 affine.launch_qgemv(ent["W"], ent["S"], ent["B"], x[r0:r0 + n], y[r0:r0 + n], ent["bits"],
                                     ent["group"], plan=p, ws=ws, stream=stream, rows=n, glu=glu, cnt=self.buf.qcnt,
-                                    norm=norm, tail=tail)
+                                    norm=norm)
             else:
                 affine.launch_dense_gemv(ent["W32"], x[r0:r0 + n], y[r0:r0 + n], plan=p, ws=ws, stream=stream,
                                          rows=n)
-
-    def _post(self, l):
-        """Layer ``l``'s post-attention norm weight (the add + RMSNorm after its mixer's output projection)."""
-        return self.arena.vec(f"layers.{l}.post_attention_layernorm")
 
     def _add_norm(self, R, mult, stream):
         """h[:R] += the output projection's (or down's) rows; x[:R] = RMSNorm(h[:R]) * mult. The rows are in B.d, or
@@ -758,10 +743,7 @@ class Runner:
         (:meth:`_take_norm`)."""
         B = self.buf
         parts, self._dparts = self._dparts, None
-        tailed, self._tailed = self._tailed, False
         h = self._hc
-        if tailed:  # the GEMV's last block did it (``_linear(then=)``)
-            return
         if parts is not None:
             norms.launch_add_rms_norm_parts(parts, h[:R], mult, B.x[:R], self.eps, stream=stream, **_SIM_MB)
         elif R == 1 and self._fuse and self._norms_vec and not (IS_SIM and self.sim_stand_ins):
@@ -827,7 +809,7 @@ class Runner:
                                     aa, bb, self.arena.vec(pre + "A_log"), self.arena.vec(pre + "dt_bias"), cc.rec[li],
                                     *seg, m.view("seg_commit", S), par, B.o[:R], B.gn[:R], self.gdn_ctr, *logs,
                                     self.eps, self.act, stream=stream)
-            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True, then=self._post(l))
+            self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True)
             return
         conv.launch_conv(qkv, self.arena.vec(pre + "conv1d"), tail, rs, par, B.y[:R], xlog, stream=stream,
                          **_SIM_BLOCKS)
@@ -848,7 +830,7 @@ class Runner:
         # block of u when fused: strided rows, which the kernel indexes as such)
         norms.launch_gated_rms_norm(B.o[:R].reshape((R, Vd)), z, self.arena.vec(pre + "norm"), B.gn[:R], self.eps,
                                     self.Dv, act=self.act, stream=stream, **_SIM_MB)
-        self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True, then=self._post(l))
+        self._linear(pre + "out_proj", B.gn, B.d, R, prompt, stream, defer=True)
 
     def _attn(self, l, R, mode, b, stream):
         B, m, cc, c = self.buf, self._m, self.caches, self.c
@@ -888,8 +870,7 @@ class Runner:
             attention.launch_partials(B.q[sl], cc.k[fl], cc.v[fl], ks, vs, rs, nk, tm, tb, self.scale,
                                       B.m[:n], B.l[:n], B.acc[:n], nz=nz, stream=stream)
             attention.launch_merge(B.m[:n], B.l[:n], B.acc[:n], rs, nk, tm, qg[sl], 1, B.att[sl], stream=stream)
-        self._linear(pre + "o_proj", B.att.reshape((B.rows, nH * hd)), B.d, R, prompt, stream, defer=True,
-                     then=self._post(l))
+        self._linear(pre + "o_proj", B.att.reshape((B.rows, nH * hd)), B.d, R, prompt, stream, defer=True)
 
     # ---------------------------------------------------------------------------------------------- forward
 
@@ -907,7 +888,6 @@ class Runner:
         B, c, a = self.buf, self.c, self.arena
         prompt = mode == "prompt"
         self._hc, self._pend, self._fuse = B.h, None, norms.fuse_on() and not prompt
-        self._tail, self._tailed = norms.tail_on() and not prompt and not self._fuse, False
         _embed(a.linear("embed_tokens"), m.view("ids", R), B.h[:R], stream)
         norms.launch_rms_norm(B.h[:R], a.vec("layers.0.input_layernorm"), B.x[:R], self.eps, stream=stream, **_SIM_MB)
         L = c.num_hidden_layers
@@ -916,7 +896,7 @@ class Runner:
                 self._gdn(l, R, S, mode, batch, stream)
             else:
                 self._attn(l, R, mode, batch, stream)
-            self._add_norm(R, self._post(l), stream)
+            self._add_norm(R, a.vec(f"layers.{l}.post_attention_layernorm"), stream)
             gate_up = f"layers.{l}.mlp.gate_up"
             if not a.has_linear(gate_up):  # gate and up in different formats: two launches
                 I = B.mi.shape[1]
@@ -928,8 +908,8 @@ class Runner:
             else:
                 self._linear(gate_up, B.x, B.gu, R, prompt, stream)
                 activations.launch_silu_mul_fused(B.gu[:R], B.mi[:R], stream=stream, **_SIM_MB)
+            self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream, defer=True)
             nxt = a.vec(f"layers.{l + 1}.input_layernorm") if l + 1 < L else a.vec("norm")  # final norm last
-            self._linear(f"layers.{l}.mlp.down_proj", B.mi, B.d, R, prompt, stream, defer=True, then=nxt)
             self._add_norm(R, nxt, stream)
         if mode == "step" and self.lin_idx:
             compact.launch_conv_commit(self.caches.conv, B.xlog, m.view("parent", R), m.view("seg_slot", S),
