@@ -616,10 +616,11 @@ _ldf_u32x4 = _qgemv3.ld_w4
 _tc_lane_layout = _qgemv3._lane_layout
 
 
-def _gen_tc_helpers_source(bits: int, group: int) -> str:
+def _gen_tc_helpers_source(bits: int, group: int, lop3: bool = False) -> str:
     """Device helpers of one format (kept out of the kernel body so each kernel types and lowers quickly; they are
     inlined on the GPU): ``_tcdec(w)`` -> the word's A pairs, ``_tcx(x, off)`` -> (partial sum, B hi/lo pairs of
-    every step of the lane's group slice)."""
+    every step of the lane's group slice). ``lop3`` (2 and 4 bits): a pair's ``(w & mask) | c`` as one LOP3
+    (``qgemv.andor_m4`` / ``andor_m2``; ptxas otherwise spends two, one a constant); the same values."""
     lw, cl, steps = _tc_lane_layout(bits, group)
     cpw = 32 // bits
     L = []
@@ -639,7 +640,10 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
         outs = []
         for i in range(cpw // 2):
             src = "w" if i == 0 else f"(w >> np.uint32({bits * i}))"
-            a(f"    p{i} = fma_bf16x2(({src} & m) | c, one, neg)")
+            if lop3 and bits in (2, 4):
+                a(f"    p{i} = fma_bf16x2(andor_m{bits}({src}, c), one, neg)")
+            else:
+                a(f"    p{i} = fma_bf16x2(({src} & m) | c, one, neg)")
             outs.append(f"p{i}")
         a("    return " + ", ".join(outs))
     for fname in ("_tcx", "_tcxs"):  # x from global memory / from a shared array (the fused norm's ``nf_xs``)
@@ -661,13 +665,14 @@ def _gen_tc_helpers_source(bits: int, group: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _tc_helpers(bits: int, group: int):
-    key = ("tch", bits, group)
+def _tc_helpers(bits: int, group: int, lop3: bool = False):
+    key = ("tch", bits, group, bool(lop3))
     if key not in _KCACHE:
         glb = {"np": np, "_TWO23": np.float32(8388608.0), "fma_bf16x2": fma_bf16x2, "pack_bf16x2": pack_bf16x2,
-               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4, "lds4": _device.lds4}
-        exec(compile(_gen_tc_helpers_source(bits, group), f"<tensorfold.kernels.affine:tc_b{bits}_g{group}>", "exec"),
-             glb)
+               "split_bf16x2": split_bf16x2, "_ldf_f32x4": _ldf_f32x4, "lds4": _device.lds4,
+               "andor_m4": _qgemv3.andor_m4, "andor_m2": _qgemv3.andor_m2}
+        tag = f"tc_b{bits}_g{group}" + ("_l3" if lop3 else "")
+        exec(compile(_gen_tc_helpers_source(bits, group, lop3), f"<tensorfold.kernels.affine:{tag}>", "exec"), glb)
         out = {}
         for k in ("_tcdec", "_tcx", "_tcxs"):
             f = glb[k]
@@ -710,7 +715,7 @@ def _tc_sb_f(S, B, off):
 
 def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, u: int, sk: str,
                    pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False,
-                   whole: int = 0, vs: int = 1, rg: int = 1, wpre: int = 0) -> str:
+                   whole: int = 0, vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False) -> str:
     """Source of a tensor-core qgemv kernel: ``nw`` warps per block split the block's groups into contiguous
     ranges; each warp owns ``mt`` tiles of 16 output rows; ``nt`` n-tiles of 8 batch rows; ``u`` groups per loop
     iteration (all their weight loads issued first).
@@ -752,6 +757,14 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     wait, the rest right after x's loads are issued (before x is stored to shared memory), so x's loads queue
     behind less; load order only, the same bits.
 
+    ``xf`` (whole form only): the block makes x's mma fragments once instead of every warp making its own from x.
+    One thread an item (a group of the block's K range and a lane column ``t``, ``4 u nw`` items): it loads the
+    item's ``group / 4`` values, sums them in ``_tcxs``'s order, splits every step's pairs into hi / lo bf16 words
+    (``split_bf16x2``) and stores them in shared memory; the item's quad of threads then adds the four sums with
+    ``_quad_sum``'s butterfly (the group's sum of x). A lane then reads its 16 words and the sum per group (one row:
+    both batch columns' sums are that sum) instead of splitting 16 values and shuffling: for one row the 8 lanes of a
+    column group (``g``) made identical fragments. The same values, sums and order: the same bits.
+
     ``rg`` (reduction groups, ``nw > 1``): the cross-warp sum adds the warps' partial tiles ``rg`` at a time first
     (``(p0 + p1) + p2 ..`` within a group), then the group sums in warp order.
 
@@ -765,6 +778,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     assert depth >= 1 and (pipe or depth == 1)
     assert vs >= 1 and (vs == 1 or not (whole or l2 or rg > 1)) and nw % rg == 0
     assert wpre == 0 or (whole and 0 < wpre < u)
+    assert not xf or whole
     assert not whole or (pipe and depth == 1 and nt == 1 and not nrm and not l2 and (whole == 1 or sk == "bf16")
                          and u % whole == 0)
     lw, cl, steps = _tc_lane_layout(bits, group)
@@ -885,7 +899,43 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     a("    pdl_wait()")
     if nrm:
         L.extend(norms.fused_norm_lines("    ", nrm, nw * 32, f"gb * {group}", f"ge * {group}"))
-    if whole:  # the block's K range of x (row xr0) into shared memory: every load issued, then every store
+    if whole and xf:  # x's fragments and group sums, one thread an item (group, lane column), into shared memory
+        ni, nsw = u * nw * 4, nstep * 4
+        assert ni <= nw * 32
+        a(f"    xfr = cuda.shared.array(({ni}, {nsw}), np.uint32)")
+        a(f"    xgs = cuda.shared.array({u * nw}, np.float32)")
+        a(f"    xk0 = gb * {group}")
+        a(f"    xin = tid < {ni}")
+        if wpre:  # the rest of the share (issued first: the staging below may branch around warps without items)
+            loads("    ", "w", "wb", wpre, u)
+        # on the GPU the warps past the items skip the staging (warp-uniform: items are whole warps or fewer); the
+        # simulator runs it in every thread (its quad sum is a block barrier), the extra threads storing nothing
+        J = "    "
+        if not IS_SIM:
+            a(f"    if warp < {-(-ni // 32)}:")
+            J = "        "
+        a(f"{J}xi = tid if xin else 0")
+        a(f"{J}xof = xr0 * xpitch + xk0 + (xi >> 2) * {group} + (xi & 3) * {cl}")
+        for f4 in range(cl // 4):
+            a(f"{J}x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, xof + {4 * f4})")
+        a(f"{J}p = x0")  # _tcxs's order
+        for e in range(1, cl):
+            a(f"{J}p += x{e}")
+        for s_, (_, prs, _) in enumerate(steps):
+            for slot, (lo, hi) in enumerate(prs):
+                a(f"{J}xh_, xl_ = split_bf16x2(x{lo}, x{hi})")
+                a(f"{J}if xin:")  # a step's hi words, then its lo words: the mma's B register pairs as loaded
+                a(f"{J}    xfr[xi, {4 * s_ + slot}] = xh_")
+                a(f"{J}    xfr[xi, {4 * s_ + 2 + slot}] = xl_")
+        a(f"{J}p = _quad_sum(p)")  # _tcxs's butterfly over the item's quad (items are whole quads)
+        a(f"{J}if xin and (tid & 3) == 0:")
+        a(f"{J}    xgs[tid >> 2] = p")
+        a("    cuda.syncthreads()")
+        a("    G0 = wb")
+        I = "    "
+        for uu in range(u):
+            a(f"{I}Gc{uu} = G0 + {uu}")
+    elif whole:  # the block's K range of x (row xr0) into shared memory: every load issued, then every store
         kb = u * nw * group
         nst = -(-kb // (4 * nw * 32))
         al = "" if IS_SIM else ", alignment=16"
@@ -933,6 +983,15 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
         a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
             # x: the lane's slice of batch row xr{n}: fixed-order partial sum, quad sum, the C columns' sums
+            if whole and xf:  # one row: the block's fragments of the warp's group uu, and its sum
+                a(f"{I}xit = (warp * {u} + {uu}) * 4 + t")
+                for s_ in range(nstep):
+                    for slot in range(2):
+                        a(f"{I}bh{n}_{s_}_{slot} = xfr[xit, {4 * s_ + slot}]")
+                        a(f"{I}bl{n}_{s_}_{slot} = xfr[xit, {4 * s_ + 2 + slot}]")
+                a(f"{I}sxa{n} = xgs[warp * {u} + {uu}]")
+                a(f"{I}sxb{n} = sxa{n}")
+                continue
             if nrm:  # one row, x made by the prologue in shared memory (by column)
                 a(f"{I}p, {bnames.format(n=n)} = _tcxs(nf_xs, col + t * {cl})")
             elif whole:  # one row, the block's K range staged above
@@ -1061,10 +1120,10 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1, wpre: int = 0):
-    glu, l2, whole, vs, rg, wpre = bool(glu), bool(l2), int(whole), int(vs), int(rg), int(wpre)
+                  vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False):
+    glu, l2, whole, vs, rg, wpre, xf = bool(glu), bool(l2), int(whole), int(vs), int(rg), int(wpre), bool(xf)
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre, xf)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -1083,7 +1142,9 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += f"_rg{rg}"
         if wpre:
             name += f"_pre{wpre}"
-        extra = dict(_tc_helpers(bits, group), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
+        if xf:
+            name += "_xf"
+        extra = dict(_tc_helpers(bits, group, lop3=xf), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
@@ -1094,21 +1155,21 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
         if whole:
             extra.update(_ldf_h8=_ldf_h8, _bf_hi=_qgemv3._bf_hi, bf16_to_f32=bf16_to_f32)
         _KCACHE[key] = _build(name, _gen_tc_source(name, bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2,
-                                                   whole, vs, rg, wpre), extra)
+                                                   whole, vs, rg, wpre, xf), extra)
     return _KCACHE[key]
 
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1, wpre: int = 0):
+                  vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False):
     key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
-           int(whole), int(vs), int(rg), int(wpre))
+           int(whole), int(vs), int(rg), int(wpre), bool(xf))
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
-                                                 vs, rg, wpre), **kw)
+                                                 vs, rg, wpre, xf), **kw)
     return _KCACHE[key]
 
 
@@ -1422,6 +1483,16 @@ def tc_whole_pre(u: int) -> int:
     return u // 2 if v == "1" and u >= 2 else 0
 
 
+def tc_xfrag() -> bool:
+    """``TENSORFOLD_TC_XFRAG`` (read at each launch; ``0`` default, ``1``): a whole-form launch makes x's mma fragments
+    and group sums once a block, one thread an item, instead of in every warp (``_gen_tc_source(xf=...)``; the same
+    bits). Built in session 43 from a count of the 9B whole-form kernel's PTX (about 1,900 instructions a warp at 16
+    warps an SM, which the 3.6 µs of its arithmetic phase matches at one instruction a cycle a scheduler): about a
+    sixth of them made x's fragments, 8 times over (the 8 lanes of a column group made the same ones for one row).
+    Not yet timed."""
+    return env_choice("TENSORFOLD_TC_XFRAG", "0", ("0", "1"), "whole form's x fragments made once a block") == "1"
+
+
 def _dev_ptr(a) -> int:
     return int(a.__cuda_array_interface__["data"][0])
 
@@ -1566,7 +1637,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         tpb = 32 * nw
         if wh:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg,
-                              wpre=tc_whole_pre(u))
+                              wpre=tc_whole_pre(u), xf=tc_xfrag())
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
                               vs == 1 and tc_l2(out, inp), vs=vs)
@@ -1797,17 +1868,18 @@ def _specs():
     # 16 K ranges: 4 groups a warp, 16 warps), and the 2B launches: out_proj / o_proj 2048 x 2048 (w16, 2 groups),
     # in_proj 8224 x 2048 (pipe2, 8 groups, scales eight a 16-byte load), q/k/v 5120 x 2048 (4 groups), down
     # 2048 x 6144 (w16, 6 groups); the 9B one also with half its share after the wait (TENSORFOLD_TC_WHOLE_HALF=1)
-    def whole_spec(out, inp, half=False):
+    def whole_spec(out, inp, half=False, xf=False):
         p = plan_tc(out, inp, 4, 64)
         nw, _, pw, rg = tc_geometry(p, 1)
         f = get_tc_pyfunc(4, 64, 1, nw, p.mt, pw, "bf16", True, 1, whole=8 if pw % 8 == 0 else 1, rg=rg,
-                          wpre=pw // 2 if half else 0)
+                          wpre=pw // 2 if half else 0, xf=xf)
         if (f, _Q) not in specs:
             specs.append((f, _Q))
             hot.add(f.__name__)
 
     for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
         whole_spec(out, inp)
+        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG=1)
     whole_spec(4096, 4096, half=True)
     # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
     f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)

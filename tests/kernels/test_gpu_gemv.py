@@ -223,6 +223,35 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
     _check(got["sq"][0], ref, bound)
 
 
+@pytest.mark.parametrize("label,out,inp", [("9B out_proj", 4096, 4096), ("2B out_proj", 2048, 2048),
+                                           ("2B in_proj", 8224, 2048), ("2B qkv", 5120, 2048),
+                                           ("2B down", 2048, 6144)])
+def test_tc_xfrag_same_bits(label, out, inp, monkeypatch):
+    """``TENSORFOLD_TC_XFRAG=1`` (the whole form makes x's fragments and group sums once a block) at every one-row
+    launch the whole form takes: the same bits as the whole form without it and as the plan's kernel, on three fresh
+    x rows, with and without the half share; within the reference's bound."""
+    cuda = _cuda()
+    from tensorfold.kernels import affine as A
+
+    P, S, B = _rand_q(out, inp, 4, 64)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
+    dev = _Dev(cuda, P, S, B, 4, 64)
+    assert A.tc_whole(dev.plan, 1, 1, False, None, dev.d[1], dev.d[2]), (label, dev.plan)
+    for _ in range(3):
+        x = rng.standard_normal((1, inp)).astype(np.float32)
+        got = {}
+        for wh, xf, half in (("0", "0", "0"), ("1", "0", "0"), ("1", "1", "0"), ("1", "1", "1")):
+            monkeypatch.setenv("TENSORFOLD_TC_WHOLE", wh)
+            monkeypatch.setenv("TENSORFOLD_TC_XFRAG", xf)
+            monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", half)
+            got[wh + xf + half] = dev(x)
+        for k, v in got.items():
+            assert np.array_equal(v.view(np.uint32), got["000"].view(np.uint32)), (label, k)
+    ref, bound = _ref(_xin(x, dev.plan), P, S, B, 4, 64)
+    _check(got["110"], ref, bound)
+
+
 @pytest.mark.parametrize("label,out", [("2B out_proj", 2048), ("9B out_proj", 4096)])
 def test_tc_whole_same_bits(label, out, monkeypatch):
     """``TENSORFOLD_TC_WHOLE`` (the warp's whole share in registers before the PDL wait, x staged in shared memory)

@@ -362,7 +362,8 @@ def test_tc_l2_prefetch_same_bits(case, monkeypatch):
 def test_tc_whole_same_bits(case, monkeypatch):
     """``whole`` (the warp's weights, scales and biases loaded before the PDL wait, x staged in shared memory, one
     straight block of ``u`` groups): the same bits as the plan's pipelined kernel for one row, against the float64
-    reference too. Cases: bf16 scales eight a 16-byte load (``whole`` 8; partial last row tile, a second block),
+    reference too; so does the form that makes x's fragments once a block (``TENSORFOLD_TC_XFRAG=1``). Cases: bf16
+    scales eight a 16-byte load (``whole`` 8; partial last row tile, a second block),
     float32 scales with split-K (``whole`` 1), bf16 scales whose warps own 2 groups (scalar loads). Launches the form
     does not fit (two rows, uneven warp ranges) keep the plan's kernel."""
     bits, group = 4, 32
@@ -399,7 +400,17 @@ def test_tc_whole_same_bits(case, monkeypatch):
     monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: pres.append(k.get("wpre", 0)) or lookup(*a, **k))
     assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
     assert pres == [pw // 2], pres
+    # TENSORFOLD_TC_XFRAG: x's fragments and group sums made once a block, one thread an item (the same bits), with
+    # and without the half share
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "1")
+    xfs = []
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: xfs.append((k.get("xf"), k.get("wpre"))) or
+                        lookup(*a, **k))
+    assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", "0")
+    assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
+    assert xfs == [(True, pw // 2), (True, 0)], xfs
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "0")
     monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("whole", 0)) or lookup(*a, **k))
     seen.clear()
     y2 = run(2)  # two rows: the plan's kernel; row 0 the same bits as alone
