@@ -7,7 +7,8 @@ Each warp's lane 0 records, in ns: its start, the PDL wait's return, x ready (th
 barrier; the wait otherwise), the end of its groups, the reduction barrier's entry and exit, and the kernel's end.
 Forms: the shape's plan (``plan``), and with ``--whole`` its whole-share form (``TENSORFOLD_TC_WHOLE``; the same
 bits), with ``--half`` also that form with half the share loaded after the wait (``TENSORFOLD_TC_WHOLE_HALF``),
-each at one row.
+with ``--xf`` also that form with x's fragments made once a block (``TENSORFOLD_TC_XFRAG``; the same bits), each at
+one row.
 
     python3 benchmarks/tc_timeline.py --shapes 4096x4096,2048x2048 --whole --out DIR
 """
@@ -83,7 +84,7 @@ def instrument(src: str, nw: int, whole: bool) -> str:
     return "\n".join(out + body) + "\n"
 
 
-def build(plan, whole: int, half: bool = False):
+def build(plan, whole: int, half: bool = False, xf: bool = False):
     """(kernel, warps, u): the instrumented first kernel of ``plan`` at one row as ``launch_qgemv`` runs it
     (``whole``: its whole-share form, with ``half``: half the share loaded after the wait as under
     ``TENSORFOLD_TC_WHOLE_HALF=1``; otherwise a plan's ``mw`` warps of several K ranges each)."""
@@ -95,11 +96,11 @@ def build(plan, whole: int, half: bool = False):
     gtimer, smid = _intrinsics()
     nw, vs, u, rg = A.tc_geometry(plan, whole)
     wpre = u // 2 if half and whole and u >= 2 else 0
-    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}_rg{rg}_pre{wpre}"
+    name = f"tlc_{plan.out}x{plan.inp}_w{nw}_m{plan.mt}_u{u}_wh{whole}_vs{vs}_rg{rg}_pre{wpre}_xf{int(xf)}"
     src = A._gen_tc_source(name, plan.bits, plan.group, 1, nw, plan.mt, u, "bf16", plan.pipe,
-                           1 if whole else plan.depth, whole=whole, vs=vs, rg=rg, wpre=wpre)
+                           1 if whole else plan.depth, whole=whole, vs=vs, rg=rg, wpre=wpre, xf=xf)
     src = instrument(src, nw, bool(whole))
-    extra = dict(A._tc_helpers(plan.bits, plan.group), _tc_mma2=A._tc_mma2, _tc_epi=A._tc_epi,
+    extra = dict(A._tc_helpers(plan.bits, plan.group, lop3=xf), _tc_mma2=A._tc_mma2, _tc_epi=A._tc_epi,
                  _tc_sb_bf16=A._tc_sb_bf16, _tc_sb_f=A._tc_sb_f, mma_bf16=A.mma_bf16, swiglu=A.swiglu,
                  _ldf_h8=A._ldf_h8, _bf_hi=Q._bf_hi, gtimer=gtimer, smid=smid)
     fn = A._build(name, src, extra)
@@ -112,8 +113,10 @@ def main(argv=None):
     ap.add_argument("--shapes", default="4096x4096,2048x2048", help="OUTxIN list")
     ap.add_argument("--whole", action="store_true", help="the whole-share form too")
     ap.add_argument("--half", action="store_true", help="and the whole form with half its share after the wait")
-    ap.add_argument("--forms", default="", help='more geometries of the plan\'s variant, "mt,warps[,w]" ";"-separated '
-                    '(w: 1 for their whole-share form), e.g. "2,16,1;1,8,1"')
+    ap.add_argument("--xf", action="store_true", help="and the whole form with x's fragments made once a block")
+    ap.add_argument("--forms", default="", help='more geometries of the plan\'s variant, "mt,warps[,w[,xf]]" '
+                    '";"-separated (w: 1 for their whole-share form; xf: 1 for its x fragments made once a block), '
+                    'e.g. "2,16,1;1,8,1,1"')
     ap.add_argument("--n", type=int, default=24, help="launches in a graph")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
@@ -142,19 +145,21 @@ def main(argv=None):
             pw = inp // 64 // (plan.ks * (plan.tpb // 32))
             forms.append(("whole", 8 if pw % 8 == 0 else 1))
             if args.half:
-                forms.append(("whole half", forms[-1][1]))
-        plans = {"plan": plan, "whole": plan, "whole half": plan}
+                forms.append(("whole half", forms[1][1]))
+            if args.xf:
+                forms.append(("whole xf", forms[1][1]))
+        plans = {"plan": plan, "whole": plan, "whole half": plan, "whole xf": plan}
         for f in [f for f in args.forms.split(";") if f]:
             mt, nw, *w = (int(v) for v in f.split(","))
             p2 = dataclasses.replace(plan, mt=mt, tpb=32 * nw, mw=0)
             pw = inp // 64 // (p2.ks * nw)
-            name = f"mt{mt} nw{nw}" + (" whole" if w and w[0] else "")
+            name = f"mt{mt} nw{nw}" + (" whole" if w and w[0] else "") + (" xf" if len(w) > 1 and w[1] else "")
             plans[name] = p2
             forms.append((name, (8 if pw % 8 == 0 else 1) if w and w[0] else 0))
         ys = {}
         for form, whole in forms:
             plan = plans[form]
-            k, nw, u = build(plan, whole, form.endswith(" half"))
+            k, nw, u = build(plan, whole, form.endswith(" half"), xf=form.endswith(" xf"))
             y = cuda.device_array((plan.ks, 1, out), dtype="float32")
             res.setdefault("geometry", {})[form] = f"mt {plan.mt} nw {nw} ks {plan.ks} u {u}"
             gx = -(-out // (16 * plan.mt))
@@ -181,6 +186,15 @@ def main(argv=None):
             res["same bits whole half"] = bool(np.array_equal(ys["whole"].view(np.uint32),
                                                               ys["whole half"].view(np.uint32)))
             print(f"{spec}: whole half same bits as whole {res['same bits whole half']}", flush=True)
+        if "whole xf" in ys:
+            res["same bits whole xf"] = bool(np.array_equal(ys["whole"].view(np.uint32),
+                                                            ys["whole xf"].view(np.uint32)))
+            print(f"{spec}: whole xf same bits as whole {res['same bits whole xf']}", flush=True)
+        for nm in [n for n in ys if n.endswith(" whole xf")]:  # a geometry's xf form against its plain form
+            if nm[:-9] in ys:
+                same = bool(np.array_equal(ys[nm[:-9]].view(np.uint32), ys[nm].view(np.uint32)))
+                res[f"same bits {nm}"] = same
+                print(f"{spec}: {nm} same bits as its plain form {same}", flush=True)
         for nm in [n for n in ys if n.endswith(" whole")]:  # a geometry's whole form against its plain form
             if nm[:-6] in ys:
                 same = bool(np.array_equal(ys[nm[:-6]].view(np.uint32), ys[nm].view(np.uint32)))

@@ -1120,10 +1120,13 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
 
 def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False):
+                  vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False, l3: bool = False):
+    """``xf``: the whole form's x fragments made once a block (``_gen_tc_source``), with the LOP3 decode; ``l3``: the
+    LOP3 decode alone (``_gen_tc_helpers_source``'s ``lop3``). Both the same bits as without."""
     glu, l2, whole, vs, rg, wpre, xf = bool(glu), bool(l2), int(whole), int(vs), int(rg), int(wpre), bool(xf)
+    l3 = bool(l3) and not xf
     nrm = tuple(nrm) if nrm else None
-    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre, xf)
+    key = ("tcpy", bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole, vs, rg, wpre, xf, l3)
     if key not in _KCACHE:
         name = f"qgemv_tc_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_u{u}_{sk}" + ("_p" if pipe else "")
         if depth > 1:
@@ -1144,7 +1147,9 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += f"_pre{wpre}"
         if xf:
             name += "_xf"
-        extra = dict(_tc_helpers(bits, group, lop3=xf), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
+        if l3:
+            name += "_l3"
+        extra = dict(_tc_helpers(bits, group, lop3=xf or l3), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
                      _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
@@ -1161,15 +1166,15 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
 
 def get_tc_kernel(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: int = TC_U, sk: str = "bf16",
                   pipe: bool = False, depth: int = 1, glu: bool = False, nrm=None, l2: bool = False, whole: int = 0,
-                  vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False):
+                  vs: int = 1, rg: int = 1, wpre: int = 0, xf: bool = False, l3: bool = False):
     key = ("tck", bits, group, nt, nw, mt, u, sk, pipe, depth, bool(glu), tuple(nrm) if nrm else None, bool(l2),
-           int(whole), int(vs), int(rg), int(wpre), bool(xf))
+           int(whole), int(vs), int(rg), int(wpre), bool(xf), bool(l3) and not xf)
     if key not in _KCACHE:
         # blocks of more than 256 threads (16 warps) are bounded so the assembler keeps <= 65536 / threads
         # registers (the 16-warp variants are sized to fit without spills; other formats may spill, never fail)
         kw = {} if nw * 32 <= 256 or IS_SIM else {"launch_bounds": nw * 32}
         _KCACHE[key] = _kcache.jit(get_tc_pyfunc(bits, group, nt, nw, mt, u, sk, pipe, depth, glu, nrm, l2, whole,
-                                                 vs, rg, wpre, xf), **kw)
+                                                 vs, rg, wpre, xf, l3), **kw)
     return _KCACHE[key]
 
 
@@ -1485,8 +1490,9 @@ def tc_whole_pre(u: int) -> int:
 
 def tc_xfrag() -> bool:
     """``TENSORFOLD_TC_XFRAG`` (read at each launch; ``0`` default, ``1``): a whole-form launch makes x's mma fragments
-    and group sums once a block, one thread an item, instead of in every warp (``_gen_tc_source(xf=...)``; the same
-    bits). Built in session 43 from a count of the 9B whole-form kernel's PTX (about 1,900 instructions a warp at 16
+    and group sums once a block, one thread an item, instead of in every warp (``_gen_tc_source(xf=...)``), and every
+    launch of the first kernel decodes a pair of codes with one LOP3 fewer (``get_tc_pyfunc(l3=...)``); the same
+    bits. Built in session 43 from a count of the 9B whole-form kernel's PTX (about 1,900 instructions a warp at 16
     warps an SM, which the 3.6 µs of its arithmetic phase matches at one instruction a cycle a scheduler): about a
     sixth of them made x's fragments, 8 times over (the 8 lanes of a column group made the same ones for one row).
     Not yet timed."""
@@ -1640,7 +1646,7 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
                               wpre=tc_whole_pre(u), xf=tc_xfrag())
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
-                              vs == 1 and tc_l2(out, inp), vs=vs)
+                              vs == 1 and tc_l2(out, inp), vs=vs, l3=tc_xfrag())
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1880,6 +1886,19 @@ def _specs():
     for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
         whole_spec(out, inp)
         whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG=1)
+    # the LOP3 decode (TENSORFOLD_TC_XFRAG=1) of the other hot launches: the 2B gate | up with the SwiGLU epilogue
+    # and the 9B square plan's launches of several rows (8 warps of two K ranges), both n-tiles
+    p = plan_tc(12288, 2048, 4, 64)
+    for nt in (1, 2):
+        f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True, l3=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
+    p = plan_tc(4096, 4096, 4, 64)
+    nw, vs, u, _ = tc_geometry(p, 0)
+    for nt in (1, 2):
+        f = get_tc_pyfunc(4, 64, nt, nw, p.mt, u, "bf16", p.pipe, p.depth, vs=vs, l3=True)
+        specs.append((f, _Q))
+        hot.add(f.__name__)
     whole_spec(4096, 4096, half=True)
     # ... and the 9B one at 8 K ranges (TENSORFOLD_TC_VWARPS=0: 8 groups a warp, scales eight a 16-byte load)
     f = get_tc_pyfunc(4, 64, 1, 8, 2, 8, "bf16", True, 1, whole=8)

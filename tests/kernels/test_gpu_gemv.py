@@ -252,6 +252,36 @@ def test_tc_xfrag_same_bits(label, out, inp, monkeypatch):
     _check(got["110"], ref, bound)
 
 
+@pytest.mark.parametrize("label,out,inp,glu", [("2B gate|up", 12288, 2048, True), ("9B out_proj", 4096, 4096, False),
+                                               ("2B in_proj", 8224, 2048, False)])
+def test_tc_lop3_same_bits(label, out, inp, glu, monkeypatch):
+    """``TENSORFOLD_TC_XFRAG=1`` decodes every first-kernel launch's pairs with one LOP3 (``l3`` / ``xf`` kernels):
+    the same bits as without at 1, 8 and 16 rows (the 2B gate | up with its SwiGLU epilogue, the 9B square plan's
+    8-warp two-range launches, the 2B in_proj), on fresh x."""
+    cuda = _cuda()
+    from tensorfold.kernels import affine as A
+
+    P, S, B = _rand_q(out, inp, 4, 64)
+    monkeypatch.setenv("TENSORFOLD_GEMV_V3", "auto")
+    p = A.plan_qgemv(out, inp, 4, 64)
+    assert p.tc, (label, p)
+    d = [cuda.to_device(a) for a in (P, S, B)]
+    x = rng.standard_normal((16, inp)).astype(np.float32)
+    oy = out // 2 if glu else out
+    got = {}
+    for v in ("0", "1"):
+        monkeypatch.setenv("TENSORFOLD_TC_XFRAG", v)
+        for rows in (1, 8, 16):
+            y = cuda.to_device(np.full((rows, oy), np.nan, np.float32))
+            ws = cuda.device_array((p.ks, rows, out), np.float32) if p.ks > 1 else None
+            A.launch_qgemv(*d, cuda.to_device(x[:rows]), y, 4, 64, p, ws=ws, glu=glu)
+            got[v, rows] = y.copy_to_host()
+    for rows in (1, 8, 16):
+        a, b = got["0", rows], got["1", rows]
+        assert not np.isnan(b).any(), (label, rows)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (label, rows)
+
+
 @pytest.mark.parametrize("label,out", [("2B out_proj", 2048), ("9B out_proj", 4096)])
 def test_tc_whole_same_bits(label, out, monkeypatch):
     """``TENSORFOLD_TC_WHOLE`` (the warp's whole share in registers before the PDL wait, x staged in shared memory)

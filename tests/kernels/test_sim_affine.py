@@ -554,3 +554,36 @@ def test_tc_vwarps_plan(monkeypatch):
     monkeypatch.setenv("TENSORFOLD_TC_VWARPS", "1")
     with pytest.raises(ValueError, match="TENSORFOLD_TC_VWARPS"):
         A.plan_tc(4096, 4096, 4, 64)
+
+
+# ------------------------------------------------------------------------- LOP3 decode (TENSORFOLD_TC_XFRAG=1)
+
+
+@pytest.mark.parametrize("bits,group,glu", [(4, 64, False), (2, 64, False), (4, 32, True)])
+def test_tc_lop3_decode_same_bits(bits, group, glu, monkeypatch):
+    """``TENSORFOLD_TC_XFRAG=1`` also decodes every first-kernel launch's code pairs with ``(w & mask) | c`` in one
+    LOP3 (``l3`` kernels; the whole form's ``xf`` ones): the same bits as without at 1, 3 and 11 rows (one and two
+    n-tiles), with the SwiGLU epilogue too, against the float64 reference; the launches did take ``l3`` kernels."""
+    out, K = 80, 8 * group
+    P, S, B = _q(out, K, bits, group)
+    x = rng.standard_normal((11, K)).astype(np.float32)
+    plan = A.GemvPlan(out, K, bits, group, 64, 1, True, 2, 2, True, 1, "pipe2")
+    monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")  # the plan's kernel at every row count (xf has its own test)
+    seen = []
+    lookup = A.get_tc_kernel
+    monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("l3")) or lookup(*a, **k))
+    got = {}
+    for v in ("0", "1"):
+        monkeypatch.setenv("TENSORFOLD_TC_XFRAG", v)
+        got[v] = []
+        for rows in (1, 3, 11):
+            y = np.full((rows, out // 2 if glu else out), np.nan, np.float32)
+            A.launch_qgemv(P, S, B, x[:rows], y, bits, group, plan, glu=glu)
+            assert not np.isnan(y).any()
+            got[v].append(y)
+    assert seen == [False] * 3 + [True] * 3, seen
+    for a, b in zip(got["0"], got["1"]):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    if not glu:
+        ref, bound = _ref(x, P, S, B, bits, group)
+        _check(got["1"][2], ref, bound, tol=1e-5)
