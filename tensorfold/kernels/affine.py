@@ -1149,8 +1149,8 @@ def get_tc_pyfunc(bits: int, group: int, nt: int, nw: int, mt: int = TC_MT, u: i
             name += "_xf"
         if l3:
             name += "_l3"
-        extra = dict(_tc_helpers(bits, group, lop3=xf or l3), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi, _tc_sb_bf16=_tc_sb_bf16,
-                     _tc_sb_f=_tc_sb_f)
+        extra = dict(_tc_helpers(bits, group, lop3=xf or l3), _tc_mma2=_tc_mma2, _tc_epi=_tc_epi,
+                     _tc_sb_bf16=_tc_sb_bf16, _tc_sb_f=_tc_sb_f)
         extra["mma_bf16"] = mma_bf16
         extra["swiglu"] = swiglu
         if l2:
@@ -1492,10 +1492,13 @@ def tc_xfrag() -> bool:
     """``TENSORFOLD_TC_XFRAG`` (read at each launch; ``0`` default, ``1``): a whole-form launch makes x's mma fragments
     and group sums once a block, one thread an item, instead of in every warp (``_gen_tc_source(xf=...)``), and every
     launch of the first kernel decodes a pair of codes with one LOP3 fewer (``get_tc_pyfunc(l3=...)``); the same
-    bits. Built in session 43 from a count of the 9B whole-form kernel's PTX (about 1,900 instructions a warp at 16
-    warps an SM, which the 3.6 µs of its arithmetic phase matches at one instruction a cycle a scheduler): about a
-    sixth of them made x's fragments, 8 times over (the 8 lanes of a column group made the same ones for one row).
-    Not yet timed."""
+    bits. Built in session 43 from the 9B whole form's code (sm_90 SASS through nvdisasm): at 16 warps an SM the 3.6
+    µs of its arithmetic phase (session 41's timeline) match its block after x is staged, 910 instructions a warp,
+    issued at about one a cycle a scheduler. A sixth of them made x's fragments, 8 times over (for one row the 8
+    lanes of a column group made the same ones), and a pair's decode took two LOP3 where one does (ptxas splits the
+    two constants). With both: 585 (2B launches 282 -> 152, 1,920 -> 1,160, 907 -> 574, 913 -> 498); the 2B gate |
+    up loop and the 9B multi-row launches 64-72 fewer. Predicted: 9B one stream +0.7 to +1.4 %, 2B +1.5 to +3.4 %.
+    Not yet timed (``raw/session43/next/gpu_s44a.sh``)."""
     return env_choice("TENSORFOLD_TC_XFRAG", "0", ("0", "1"), "whole form's x fragments made once a block") == "1"
 
 
