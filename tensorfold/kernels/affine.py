@@ -1493,8 +1493,8 @@ def tc_xfrag() -> bool:
     and group sums once a block, one thread an item, instead of in every warp (``_gen_tc_source(xf=...)``), and every
     launch of the first kernel decodes a pair of codes with one LOP3 fewer (``get_tc_pyfunc(l3=...)``); the same
     bits. Built in session 43 from the 9B whole form's code (sm_90 SASS through nvdisasm): at 16 warps an SM the 3.6
-    µs of its arithmetic phase (session 41's timeline) match its block after x is staged, 910 instructions a warp,
-    issued at about one a cycle a scheduler. A sixth of them made x's fragments, 8 times over (for one row the 8
+    µs of its arithmetic phase (session 41's timeline) are its block after x is staged, 910 instructions a warp,
+    issued at about half an instruction a cycle a scheduler (4 warps each): time in proportion to instructions. A sixth of them made x's fragments, 8 times over (for one row the 8
     lanes of a column group made the same ones), and a pair's decode took two LOP3 where one does (ptxas splits the
     two constants). With both: 585 (2B launches 282 -> 152, 1,920 -> 1,160, 907 -> 574, 913 -> 498); the 2B gate |
     up loop and the 9B multi-row launches 64-72 fewer. Predicted: 9B one stream +0.7 to +1.4 %, 2B +1.5 to +3.4 %.
