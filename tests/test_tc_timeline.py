@@ -1,5 +1,6 @@
 """benchmarks/tc_timeline.py: the stamps it adds to the first tensor-core GEMV's generated source (plan and
-whole-share forms, one and several warps a block) are each assigned exactly once, in phase order, and the result is
+whole-share forms, one and several warps a block, the whole form with x's fragments made once a block) are each
+assigned exactly once, in phase order, and the result is
 valid Python; a source without the markers it needs is refused. Nothing runs on a GPU here."""
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import tc_timeline as TL  # noqa: E402
 from tensorfold.kernels import affine as A  # noqa: E402
 
 
-@pytest.mark.parametrize("nw,mt,u,whole,vs,wpre", [(8, 2, 2, 0, 1, 0), (8, 2, 8, 8, 1, 0), (16, 1, 2, 1, 1, 0),
-                                                   (1, 2, 2, 0, 1, 0), (1, 1, 4, 1, 1, 0), (8, 2, 2, 0, 2, 0),
-                                                   (16, 2, 4, 1, 1, 0), (16, 2, 4, 1, 1, 2), (8, 2, 8, 8, 1, 4)])
-def test_stamps_placed_once_in_order(nw, mt, u, whole, vs, wpre):
-    src = A._gen_tc_source("k", 4, 64, 1, nw, mt, u, "bf16", True, 1, whole=whole, vs=vs, wpre=wpre)
+@pytest.mark.parametrize("nw,mt,u,whole,vs,wpre,xf", [(8, 2, 2, 0, 1, 0, 0), (8, 2, 8, 8, 1, 0, 0),
+                                                      (16, 1, 2, 1, 1, 0, 0), (1, 2, 2, 0, 1, 0, 0),
+                                                      (1, 1, 4, 1, 1, 0, 0), (8, 2, 2, 0, 2, 0, 0),
+                                                      (16, 2, 4, 1, 1, 0, 0), (16, 2, 4, 1, 1, 2, 0),
+                                                      (8, 2, 8, 8, 1, 4, 0), (16, 2, 4, 1, 1, 0, 1),
+                                                      (4, 2, 8, 8, 1, 0, 1), (16, 2, 4, 1, 1, 2, 1)])
+def test_stamps_placed_once_in_order(nw, mt, u, whole, vs, wpre, xf):
+    src = A._gen_tc_source("k", 4, 64, 1, nw, mt, u, "bf16", True, 1, whole=whole, vs=vs, wpre=wpre, xf=bool(xf))
     out = TL.instrument(src, nw, bool(whole))
     compile(out, "<tl>", "exec")
     assert out.splitlines()[0].endswith(", tl):")
