@@ -784,6 +784,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     lw, cl, steps = _tc_lane_layout(bits, group)
     wpg = group * bits // 32
     nstep = len(steps)
+    bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
     L = []
     a = L.append
     extra = ", " + norms.FUSED_ARGS if nrm else ""
@@ -900,7 +901,7 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
     if nrm:
         L.extend(norms.fused_norm_lines("    ", nrm, nw * 32, f"gb * {group}", f"ge * {group}"))
     if whole and xf:  # x's fragments and group sums, one thread an item (group, lane column), into shared memory
-        ni, nsw = u * nw * 4, nstep * 4
+        ni, nsw = u * nw * 4, nstep * 4  # (a 20-word stride, off t = 0 / 2's shared banks, cost 4 registers)
         assert ni <= nw * 32
         a(f"    xfr = cuda.shared.array(({ni}, {nsw}), np.uint32)")
         a(f"    xgs = cuda.shared.array({u * nw}, np.float32)")
@@ -916,17 +917,12 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             J = "        "
         a(f"{J}xi = tid if xin else 0")
         a(f"{J}xof = xr0 * xpitch + xk0 + (xi >> 2) * {group} + (xi & 3) * {cl}")
-        for f4 in range(cl // 4):
-            a(f"{J}x{4 * f4}, x{4 * f4 + 1}, x{4 * f4 + 2}, x{4 * f4 + 3} = _ldf_f32x4(x, xof + {4 * f4})")
-        a(f"{J}p = x0")  # _tcxs's order
-        for e in range(1, cl):
-            a(f"{J}p += x{e}")
-        for s_, (_, prs, _) in enumerate(steps):
-            for slot, (lo, hi) in enumerate(prs):
-                a(f"{J}xh_, xl_ = split_bf16x2(x{lo}, x{hi})")
-                a(f"{J}if xin:")  # a step's hi words, then its lo words: the mma's B register pairs as loaded
-                a(f"{J}    xfr[xi, {4 * s_ + slot}] = xh_")
-                a(f"{J}    xfr[xi, {4 * s_ + 2 + slot}] = xl_")
+        a(f"{J}p, {bnames.format(n='x')} = _tcx(x, xof)")  # the per-warp path's sum order and splits
+        for s_ in range(nstep):  # a step's hi words, then its lo words: the mma's B register pairs as loaded
+            for slot in range(2):
+                a(f"{J}if xin:")  # (a guard a pair: one guard over every store raised the register count by 4)
+                a(f"{J}    xfr[xi, {4 * s_ + slot}] = bhx_{s_}_{slot}")
+                a(f"{J}    xfr[xi, {4 * s_ + 2 + slot}] = blx_{s_}_{slot}")
         a(f"{J}p = _quad_sum(p)")  # _tcxs's butterfly over the item's quad (items are whole quads)
         a(f"{J}if xin and (tid & 3) == 0:")
         a(f"{J}    xgs[tid >> 2] = p")
@@ -978,7 +974,6 @@ def _gen_tc_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, 
             loads(I, f"p{depth}_", f"G0 + {depth * u}")  # words `depth` iterations ahead, in flight meanwhile
         else:
             loads(I, "w", "G0")
-    bnames = ", ".join(f"bh{{n}}_{s_}_0, bl{{n}}_{s_}_0, bh{{n}}_{s_}_1, bl{{n}}_{s_}_1" for s_ in range(nstep))
     for uu in range(u):
         a(f"{I}col = Gc{uu} * {group}")
         for n in range(nt):
