@@ -1483,18 +1483,29 @@ def tc_whole_pre(u: int) -> int:
     return u // 2 if v == "1" and u >= 2 else 0
 
 
-def tc_xfrag() -> bool:
-    """``TENSORFOLD_TC_XFRAG`` (read at each launch; ``0`` default, ``1``): a whole-form launch makes x's mma fragments
-    and group sums once a block, one thread an item, instead of in every warp (``_gen_tc_source(xf=...)``), and every
-    launch of the first kernel decodes a pair of codes with one LOP3 fewer (``get_tc_pyfunc(l3=...)``); the same
-    bits. Built in session 43 from the 9B whole form's code (sm_90 SASS through nvdisasm): at 16 warps an SM the 3.6
-    µs of its arithmetic phase (session 41's timeline) are its block after x is staged, 910 instructions a warp,
-    issued at about half an instruction a cycle a scheduler (4 warps each): time in proportion to instructions. A sixth of them made x's fragments, 8 times over (for one row the 8
-    lanes of a column group made the same ones), and a pair's decode took two LOP3 where one does (ptxas splits the
-    two constants). With both: 585 (2B launches 282 -> 152, 1,920 -> 1,160, 907 -> 574, 913 -> 498); the 2B gate |
-    up loop and the 9B multi-row launches 64-72 fewer. Predicted: 9B one stream +0.7 to +1.4 %, 2B +1.5 to +3.4 %.
-    Not yet timed (``raw/session43/next/gpu_s44a.sh``)."""
-    return env_choice("TENSORFOLD_TC_XFRAG", "0", ("0", "1"), "whole form's x fragments made once a block") == "1"
+def tc_xfrag(out: int, inp: int):
+    """``TENSORFOLD_TC_XFRAG`` (read at each launch): ``(xf, l3)`` for a first-kernel launch of an ``out x inp``
+    weight. ``xf``: a whole-form launch makes x's mma fragments and group sums once a block, one thread an item,
+    instead of in every warp (``_gen_tc_source(xf=...)``); ``l3``: a launch of the plan's kernel decodes a pair of
+    codes with one LOP3 where ptxas spent two (``get_tc_pyfunc(l3=...)``). The same bits either way, so the choice
+    may follow the shape. ``0``: neither; ``1``: both everywhere; ``ns`` (the default since session 44): ``xf`` on
+    the non-square whole launches only (the 2B in_proj, q/k/v and down), ``l3`` on every launch of the plan's kernel
+    (the 2B gate | up with its SwiGLU epilogue, the multi-row launches); the square whole launches (2B / 9B out_proj
+    and o_proj) keep the form without either.
+
+    Built in session 43 from the 9B whole form's sm_90 SASS (nvdisasm): after x is staged, 910 instructions a warp,
+    a sixth of them x's fragments made 8 times over (for one row the 8 lanes of a column group made the same ones);
+    with both, 585 (2B launches 282 -> 152, 1,920 -> 1,160, 907 -> 574, 913 -> 498; loop bodies of the plan's
+    kernel 64-72 fewer). Predicted 9B +0.7 to +1.4 %, 2B +1.5 to +3.4 % at one stream.
+
+    Measured in session 44 (H100, ``raw/session44/call1``): the phases (``tc_timeline.py --whole --xf``, us a launch
+    under PDL, whole -> whole xf): 8224 x 2048 8.96 -> 8.30, 2048 x 6144 8.33 -> 8.05, but 4096 x 4096 9.17 -> 9.07
+    and 2048 x 2048 4.35 -> 4.87. x is staged sooner (9B: 2.3 -> 1.0 us after the wait) yet the arithmetic ends at
+    the same time: the square launches wait on their weights' arrival, not on issue. Decode, one process, two
+    rounds, tok/s at one stream, 0 -> 1: 2B 810.3 / 817.0 -> 820.1 / 819.3, 9B 362.8 / 363.0 -> 361.7 / 362.1;
+    eight streams a tie. Hence ``ns``."""
+    v = env_choice("TENSORFOLD_TC_XFRAG", "ns", ("0", "1", "ns"), "first GEMV's x fragments / LOP3 decode")
+    return v == "1" or (v == "ns" and out != inp), v != "0"
 
 
 def _dev_ptr(a) -> int:
@@ -1638,13 +1649,14 @@ def launch_qgemv(W, S, B, x, y, bits: int, group: int, plan: GemvPlan | None = N
         nt = 1 if R <= 8 else 2
         wh = tc_whole(plan, R, nt, glu, nrm, S, B)
         nw, vs, u, rg = tc_geometry(plan, wh)
+        xf, l3 = tc_xfrag(out, inp)
         tpb = 32 * nw
         if wh:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), True, 1, whole=wh, rg=rg,
-                              wpre=tc_whole_pre(u), xf=tc_xfrag())
+                              wpre=tc_whole_pre(u), xf=xf)
         else:
             k = get_tc_kernel(bits, group, nt, nw, plan.mt, u, _scale_kind(S), plan.pipe, plan.depth, glu, nrm,
-                              vs == 1 and tc_l2(out, inp), vs=vs, l3=tc_xfrag())
+                              vs == 1 and tc_l2(out, inp), vs=vs, l3=l3)
         grid = (-(-out // (16 * plan.mt)), -(-R // (8 * nt)), plan.ks)
     else:
         rb = _rb_for(R)
@@ -1883,9 +1895,9 @@ def _specs():
 
     for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
         whole_spec(out, inp)
-        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG=1)
-    # the LOP3 decode (TENSORFOLD_TC_XFRAG=1) of the other hot launches: the 2B gate | up with the SwiGLU epilogue
-    # and the 9B square plan's launches of several rows (8 warps of two K ranges), both n-tiles
+        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG: ns / 1)
+    # the LOP3 decode (TENSORFOLD_TC_XFRAG: ns, the default, / 1) of the other hot launches: the 2B gate | up with
+    # the SwiGLU epilogue and the 9B square plan's launches of several rows (8 warps of two K ranges), both n-tiles
     p = plan_tc(12288, 2048, 4, 64)
     for nt in (1, 2):
         f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True, l3=True)

@@ -229,7 +229,8 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
 def test_tc_xfrag_same_bits(label, out, inp, monkeypatch):
     """``TENSORFOLD_TC_XFRAG=1`` (the whole form makes x's fragments and group sums once a block) at every one-row
     launch the whole form takes: the same bits as the whole form without it and as the plan's kernel, on three fresh
-    x rows, with and without the half share; within the reference's bound."""
+    x rows, with and without the half share, and under the default ``ns`` (the form on non-square launches only);
+    within the reference's bound."""
     cuda = _cuda()
     from tensorfold.kernels import affine as A
 
@@ -241,7 +242,7 @@ def test_tc_xfrag_same_bits(label, out, inp, monkeypatch):
     for _ in range(3):
         x = rng.standard_normal((1, inp)).astype(np.float32)
         got = {}
-        for wh, xf, half in (("0", "0", "0"), ("1", "0", "0"), ("1", "1", "0"), ("1", "1", "1")):
+        for wh, xf, half in (("0", "0", "0"), ("1", "0", "0"), ("1", "1", "0"), ("1", "1", "1"), ("1", "ns", "0")):
             monkeypatch.setenv("TENSORFOLD_TC_WHOLE", wh)
             monkeypatch.setenv("TENSORFOLD_TC_XFRAG", xf)
             monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", half)
@@ -255,7 +256,7 @@ def test_tc_xfrag_same_bits(label, out, inp, monkeypatch):
 @pytest.mark.parametrize("label,out,inp,glu", [("2B gate|up", 12288, 2048, True), ("9B out_proj", 4096, 4096, False),
                                                ("2B in_proj", 8224, 2048, False)])
 def test_tc_lop3_same_bits(label, out, inp, glu, monkeypatch):
-    """``TENSORFOLD_TC_XFRAG=1`` decodes every first-kernel launch's pairs with one LOP3 (``l3`` / ``xf`` kernels):
+    """``TENSORFOLD_TC_XFRAG=1`` / ``ns`` decode every first-kernel launch's pairs with one LOP3 (``l3`` / ``xf``):
     the same bits as without at 1, 8 and 16 rows (the 2B gate | up with its SwiGLU epilogue, the 9B square plan's
     8-warp two-range launches, the 2B in_proj), on fresh x."""
     cuda = _cuda()
@@ -269,7 +270,7 @@ def test_tc_lop3_same_bits(label, out, inp, glu, monkeypatch):
     x = rng.standard_normal((16, inp)).astype(np.float32)
     oy = out // 2 if glu else out
     got = {}
-    for v in ("0", "1"):
+    for v in ("0", "1", "ns"):
         monkeypatch.setenv("TENSORFOLD_TC_XFRAG", v)
         for rows in (1, 8, 16):
             y = cuda.to_device(np.full((rows, oy), np.nan, np.float32))
@@ -277,9 +278,10 @@ def test_tc_lop3_same_bits(label, out, inp, glu, monkeypatch):
             A.launch_qgemv(*d, cuda.to_device(x[:rows]), y, 4, 64, p, ws=ws, glu=glu)
             got[v, rows] = y.copy_to_host()
     for rows in (1, 8, 16):
-        a, b = got["0", rows], got["1", rows]
-        assert not np.isnan(b).any(), (label, rows)
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (label, rows)
+        for v in ("1", "ns"):
+            a, b = got["0", rows], got[v, rows]
+            assert not np.isnan(b).any(), (label, rows, v)
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (label, rows, v)
 
 
 @pytest.mark.parametrize("label,out", [("2B out_proj", 2048), ("9B out_proj", 4096)])

@@ -385,6 +385,7 @@ def test_tc_whole_same_bits(case, monkeypatch):
         assert not np.isnan(y).any()
         return y
 
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "0")  # the whole form as it was first built (xf below)
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "0")
     base = run(1)
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE", "1")
@@ -409,7 +410,9 @@ def test_tc_whole_same_bits(case, monkeypatch):
     assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", "0")
     assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
-    assert xfs == [(True, pw // 2), (True, 0)], xfs
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "ns")  # the default: xf on this non-square weight
+    assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
+    assert xfs == [(True, pw // 2), (True, 0), (True, 0)], xfs
     monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "0")
     monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("whole", 0)) or lookup(*a, **k))
     seen.clear()
@@ -559,11 +562,28 @@ def test_tc_vwarps_plan(monkeypatch):
 # ------------------------------------------------------------------------- LOP3 decode (TENSORFOLD_TC_XFRAG=1)
 
 
+def test_tc_xfrag_rule(monkeypatch):
+    """``tc_xfrag(out, inp)``: ``(xf, l3)`` a launch; the default ``ns`` makes x's fragments once a block on
+    non-square weights only (session 44: the square launches lost) and takes the LOP3 decode everywhere; ``0`` /
+    ``1`` neither / both; another value is refused by name."""
+    monkeypatch.delenv("TENSORFOLD_TC_XFRAG", raising=False)
+    assert A.tc_xfrag(8224, 2048) == (True, True)
+    assert A.tc_xfrag(4096, 4096) == (False, True)
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "0")
+    assert A.tc_xfrag(8224, 2048) == (False, False)
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "1")
+    assert A.tc_xfrag(4096, 4096) == (True, True)
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "2")
+    with pytest.raises(ValueError, match="TENSORFOLD_TC_XFRAG"):
+        A.tc_xfrag(4096, 4096)
+
+
 @pytest.mark.parametrize("bits,group,glu", [(4, 64, False), (2, 64, False), (4, 32, True)])
 def test_tc_lop3_decode_same_bits(bits, group, glu, monkeypatch):
-    """``TENSORFOLD_TC_XFRAG=1`` also decodes every first-kernel launch's code pairs with ``(w & mask) | c`` in one
-    LOP3 (``l3`` kernels; the whole form's ``xf`` ones): the same bits as without at 1, 3 and 11 rows (one and two
-    n-tiles), with the SwiGLU epilogue too, against the float64 reference; the launches did take ``l3`` kernels."""
+    """``TENSORFOLD_TC_XFRAG=1`` / ``ns`` also decode every first-kernel launch's code pairs with ``(w & mask) | c``
+    in one LOP3 (``l3`` kernels; the whole form's ``xf`` ones): the same bits as without at 1, 3 and 11 rows (one
+    and two n-tiles), with the SwiGLU epilogue too, against the float64 reference; the launches did take ``l3``
+    kernels."""
     out, K = 80, 8 * group
     P, S, B = _q(out, K, bits, group)
     x = rng.standard_normal((11, K)).astype(np.float32)
@@ -573,7 +593,7 @@ def test_tc_lop3_decode_same_bits(bits, group, glu, monkeypatch):
     lookup = A.get_tc_kernel
     monkeypatch.setattr(A, "get_tc_kernel", lambda *a, **k: seen.append(k.get("l3")) or lookup(*a, **k))
     got = {}
-    for v in ("0", "1"):
+    for v in ("0", "1", "ns"):
         monkeypatch.setenv("TENSORFOLD_TC_XFRAG", v)
         got[v] = []
         for rows in (1, 3, 11):
@@ -581,9 +601,10 @@ def test_tc_lop3_decode_same_bits(bits, group, glu, monkeypatch):
             A.launch_qgemv(P, S, B, x[:rows], y, bits, group, plan, glu=glu)
             assert not np.isnan(y).any()
             got[v].append(y)
-    assert seen == [False] * 3 + [True] * 3, seen
-    for a, b in zip(got["0"], got["1"]):
+    assert seen == [False] * 3 + [True] * 6, seen
+    for a, b, c in zip(got["0"], got["1"], got["ns"]):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
     if not glu:
         ref, bound = _ref(x, P, S, B, bits, group)
         _check(got["1"][2], ref, bound, tol=1e-5)
