@@ -1488,23 +1488,21 @@ def tc_xfrag(out: int, inp: int):
     weight. ``xf``: a whole-form launch makes x's mma fragments and group sums once a block, one thread an item,
     instead of in every warp (``_gen_tc_source(xf=...)``); ``l3``: a launch of the plan's kernel decodes a pair of
     codes with one LOP3 where ptxas spent two (``get_tc_pyfunc(l3=...)``). The same bits either way, so the choice
-    may follow the shape. ``0``: neither; ``1``: both everywhere; ``ns`` (the default since session 44): ``xf`` on
-    the non-square whole launches only (the 2B in_proj, q/k/v and down), ``l3`` on every launch of the plan's kernel
-    (the 2B gate | up with its SwiGLU epilogue, the multi-row launches); the square whole launches (2B / 9B out_proj
-    and o_proj) keep the form without either.
+    may follow the shape. ``1`` (the default since session 44): both everywhere; ``0``: neither; ``ns``: ``xf`` on
+    the non-square whole launches only (the 2B in_proj, q/k/v and down), ``l3`` everywhere (the H100's best).
 
     Built in session 43 from the 9B whole form's sm_90 SASS (nvdisasm): after x is staged, 910 instructions a warp,
     a sixth of them x's fragments made 8 times over (for one row the 8 lanes of a column group made the same ones);
     with both, 585 (2B launches 282 -> 152, 1,920 -> 1,160, 907 -> 574, 913 -> 498; loop bodies of the plan's
     kernel 64-72 fewer). Predicted 9B +0.7 to +1.4 %, 2B +1.5 to +3.4 % at one stream.
 
-    Measured in session 44 (H100, ``raw/session44/call1``): the phases (``tc_timeline.py --whole --xf``, us a launch
-    under PDL, whole -> whole xf): 8224 x 2048 8.96 -> 8.30, 2048 x 6144 8.33 -> 8.05, but 4096 x 4096 9.17 -> 9.07
-    and 2048 x 2048 4.35 -> 4.87. x is staged sooner (9B: 2.3 -> 1.0 us after the wait) yet the arithmetic ends at
-    the same time: the square launches wait on their weights' arrival, not on issue. Decode, one process, two
-    rounds, tok/s at one stream, 0 -> 1: 2B 810.3 / 817.0 -> 820.1 / 819.3, 9B 362.8 / 363.0 -> 361.7 / 362.1;
-    eight streams a tie. Hence ``ns``."""
-    v = env_choice("TENSORFOLD_TC_XFRAG", "ns", ("0", "1", "ns"), "first GEMV's x fragments / LOP3 decode")
+    Measured in session 44 (``bench_decode --ab-env``, one process a geometry, two rounds, tok/s at one stream):
+    H200, 0 / ns / 1: 2B 840.3, 841.4 / 846.5, 845.6 / 853.2, 854.2 (+1.5 %); 9B 0 / 1: 392.1, 392.7 / 399.3, 399.5
+    (+1.8 %; 400.4 / 400.3 over 200 steps); eight streams a tie. H100, 0 / 1: 2B 810.3, 817.0 / 820.1, 819.3; 9B
+    362.8, 363.0 / 361.7, 362.1 (-0.3 %); its phase timeline (``tc_timeline.py --whole --xf``, us a launch under
+    PDL): 8224 x 2048 8.96 -> 8.30, 2048 x 6144 8.33 -> 8.05, 4096 x 4096 9.17 -> 9.07, 2048 x 2048 4.35 -> 4.87;
+    x reaches the warps sooner (9B: 2.3 -> 1.0 us after the wait), the arithmetic ends about when it did."""
+    v = env_choice("TENSORFOLD_TC_XFRAG", "1", ("0", "1", "ns"), "first GEMV's x fragments / LOP3 decode")
     return v == "1" or (v == "ns" and out != inp), v != "0"
 
 
@@ -1895,8 +1893,8 @@ def _specs():
 
     for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
         whole_spec(out, inp)
-        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG: ns / 1)
-    # the LOP3 decode (TENSORFOLD_TC_XFRAG: ns, the default, / 1) of the other hot launches: the 2B gate | up with
+        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG=1)
+    # the LOP3 decode (TENSORFOLD_TC_XFRAG, 1 or ns) of the other hot launches: the 2B gate | up with
     # the SwiGLU epilogue and the 9B square plan's launches of several rows (8 warps of two K ranges), both n-tiles
     p = plan_tc(12288, 2048, 4, 64)
     for nt in (1, 2):

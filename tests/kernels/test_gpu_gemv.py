@@ -229,7 +229,7 @@ def test_tc_l2_prefetch_same_bits(label, out, rows, monkeypatch):
 def test_tc_xfrag_same_bits(label, out, inp, monkeypatch):
     """``TENSORFOLD_TC_XFRAG=1`` (the whole form makes x's fragments and group sums once a block) at every one-row
     launch the whole form takes: the same bits as the whole form without it and as the plan's kernel, on three fresh
-    x rows, with and without the half share, and under the default ``ns`` (the form on non-square launches only);
+    x rows, with and without the half share, and under ``ns`` (the form on non-square launches only);
     within the reference's bound."""
     cuda = _cuda()
     from tensorfold.kernels import affine as A

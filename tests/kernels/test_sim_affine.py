@@ -410,7 +410,7 @@ def test_tc_whole_same_bits(case, monkeypatch):
     assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
     monkeypatch.setenv("TENSORFOLD_TC_WHOLE_HALF", "0")
     assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
-    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "ns")  # the default: xf on this non-square weight
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "ns")  # xf on this non-square weight
     assert np.array_equal(run(1).view(np.uint32), y1.view(np.uint32))
     assert xfs == [(True, pw // 2), (True, 0), (True, 0)], xfs
     monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "0")
@@ -563,10 +563,12 @@ def test_tc_vwarps_plan(monkeypatch):
 
 
 def test_tc_xfrag_rule(monkeypatch):
-    """``tc_xfrag(out, inp)``: ``(xf, l3)`` a launch; the default ``ns`` makes x's fragments once a block on
-    non-square weights only (session 44: the square launches lost) and takes the LOP3 decode everywhere; ``0`` /
-    ``1`` neither / both; another value is refused by name."""
+    """``tc_xfrag(out, inp)``: ``(xf, l3)`` a launch; the default ``1`` takes both everywhere, ``ns`` makes x's
+    fragments once a block on non-square weights only (the H100's best) with the LOP3 decode everywhere, ``0``
+    neither; another value is refused by name."""
     monkeypatch.delenv("TENSORFOLD_TC_XFRAG", raising=False)
+    assert A.tc_xfrag(4096, 4096) == (True, True)
+    monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "ns")
     assert A.tc_xfrag(8224, 2048) == (True, True)
     assert A.tc_xfrag(4096, 4096) == (False, True)
     monkeypatch.setenv("TENSORFOLD_TC_XFRAG", "0")
