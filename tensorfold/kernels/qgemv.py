@@ -1216,7 +1216,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + ("_c1" if cmp == 1 and not defer else "") + ("" if pre == 1 else f"_e{pre}") + ("_q" if xq else "")
                 + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[0]}x{cmpu[1]}")
-                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + ("" if xl else "_xa") + tag)
+                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + ("_xl" if xl else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, xl))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
@@ -1289,13 +1289,18 @@ def xq_on() -> bool:
 
 
 def xlive_on() -> bool:
-    """``TENSORFOLD_GEMV3_XLIVE`` (read when a kernel is generated): 1 (the default since session 44) makes x's
-    fragments and group sums only for the launch's rows (``_gen_source``'s ``xl``): a one-row launch of the 1-4-row
-    kernel had made all four rows' items (the dead ones from row 0 times zero), four times the x loads and two
-    items a thread where one is left. 0 (kernel names ``_xa``) the form before it. The same bits either way.
-    Predicted (session 44): about 200 fewer instructions a thread in the x preparation of a one-row launch, which
-    on the H200 (where the first GEMV's leaner form gained 1.8 % at 9B) is worth +0.5 to +1 % at one stream."""
-    return env_choice("TENSORFOLD_GEMV3_XLIVE", "1", ("0", "1"), "qgemv x preparation of live rows only") == "1"
+    """``TENSORFOLD_GEMV3_XLIVE`` (read when a kernel is generated; kernel names ``_xl``): 1 makes x's fragments and
+    group sums only for the launch's rows (``_gen_source``'s ``xl``); 0 (the default) the form before it, where a
+    one-row launch of the 1-4-row kernel makes all four rows' items (the dead ones from row 0 times zero): four
+    times the x loads and two items a thread where one is left. The same bits either way.
+
+    Built in session 44 from the 9B gate + up SwiGLU kernel's SASS: 454 -> 358 instructions between the PDL wait and
+    the x preparation's barrier (static), and at one row half the threads make one item, the other half none.
+    Predicted +0.5 to +1 % at 9B one stream on the H200. Measured only on an H100 (2B, whose one qgemv launch is
+    the head: 818.8 / 818.1 -> 814.8 / 815.6 tok/s, within that card's round-to-round spread); its GPU bits were
+    checked there (``test_gpu_qgemv.py::test_real_shapes_rows_1_to_16`` with it on: rows alone equal the rows of
+    a 16-row launch). Off until an H200 times it (``raw/session44/next``)."""
+    return env_choice("TENSORFOLD_GEMV3_XLIVE", "0", ("0", "1"), "qgemv x preparation of live rows only") == "1"
 
 
 def _xh_on() -> bool:
@@ -1891,8 +1896,8 @@ def _specs():
     f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False)
     specs.append((f, _SIG))
     hot.add(f.__name__)
-    # every row's x items made (opt-in since session 44, TENSORFOLD_GEMV3_XLIVE=0), SwiGLU at 1-4 rows
-    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, xl=False)
+    # only the launch's rows' x items made (opt-in since session 44, TENSORFOLD_GEMV3_XLIVE=1), SwiGLU at 1-4 rows
+    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, xl=True)
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the batched completion's fixed unroll (opt-in since session 31, TENSORFOLD_GEMV3_CMPU=4x8; the default picks

@@ -283,8 +283,8 @@ def test_deferred_completion_real_shapes(label, out, inp):
 @pytest.mark.parametrize("label,out,inp", [("9B gate/up", 24576, 4096), ("9B down", 4096, 12288),
                                            ("27B down", 5120, 17408)])
 def test_x_live_rows_real_shapes(label, out, inp, monkeypatch):
-    """``TENSORFOLD_GEMV3_XLIVE=1`` (the default: the x preparation makes only the launch's rows; on the GPU a warp
-    of dead-row items skips them) against ``0`` on the swept layout at the decode plans, bf16-only x, 1-8 rows: the
+    """``TENSORFOLD_GEMV3_XLIVE=1`` (the x preparation makes only the launch's rows; on the GPU a warp of dead-row
+    items skips them) against ``0`` (the default) on the swept layout at the decode plans, bf16-only x, 1-8 rows: the
     same bits, plain and (gate | up) with the SwiGLU epilogue; within the oracle's bound on bf16-rounded x."""
     import dataclasses
 

@@ -607,9 +607,9 @@ def test_l2_prefetch_prologue_same_bits(monkeypatch, glu):
 
 @pytest.mark.parametrize("xh,ks", [(1, 1), (1, 2), (0, 2)])
 def test_x_live_rows_same_bits(monkeypatch, xh, ks):
-    """``TENSORFOLD_GEMV3_XLIVE=1`` (the default: the x preparation makes only the launch's rows; the simulator
-    fills the other rows' fragment and group-sum slots with NaN, so a read of one would show) gives the bits of
-    ``0`` (every item of the kernel's 4 or 8 rows, the dead ones zero) at 1, 2, 3, 5 and 8 rows, both kernel forms
+    """``TENSORFOLD_GEMV3_XLIVE=1`` (the x preparation makes only the launch's rows; the simulator fills the other
+    rows' fragment and group-sum slots with NaN, so a read of one would show) gives the bits of ``0`` (the
+    default: every item of the kernel's 4 or 8 rows, the dead ones zero) at 1, 2, 3, 5 and 8 rows, both kernel forms
     (1-4 rows: zero lo columns; 5-8 rows: 8 rows an n-tile), bf16-only and hi + lo x, one and two chunks, plain and
     on the swept layout with the SwiGLU epilogue (the decode form); within ``_ref``'s bound."""
     bits, group, out, K = 4, 64, 96, 512
@@ -636,4 +636,4 @@ def test_x_live_rows_same_bits(monkeypatch, xh, ks):
     _check(got["1", 8][0], *_ref(xr, P, S, B, bits, group))
     assert not Q.counters().any()
     names = [Q.get_pyfunc(bits, group, 1, 2, 1, cg, 4, 1, xl=xl).__name__ for xl in (True, False)]
-    assert not names[0].endswith("_xa") and names[1].endswith("_xa"), names
+    assert names[0].endswith("_xl") and not names[1].endswith("_xl"), names
