@@ -1498,10 +1498,11 @@ def tc_xfrag(out: int, inp: int):
 
     Measured in session 44 (``bench_decode --ab-env``, one process a geometry, two rounds, tok/s at one stream):
     H200, 0 / ns / 1: 2B 840.3, 841.4 / 846.5, 845.6 / 853.2, 854.2 (+1.5 %); 9B 0 / 1: 392.1, 392.7 / 399.3, 399.5
-    (+1.8 %; 400.4 / 400.3 over 200 steps); eight streams a tie. H100, 0 / 1: 2B 810.3, 817.0 / 820.1, 819.3; 9B
-    362.8, 363.0 / 361.7, 362.1 (-0.3 %); its phase timeline (``tc_timeline.py --whole --xf``, us a launch under
-    PDL): 8224 x 2048 8.96 -> 8.30, 2048 x 6144 8.33 -> 8.05, 4096 x 4096 9.17 -> 9.07, 2048 x 2048 4.35 -> 4.87;
-    x reaches the warps sooner (9B: 2.3 -> 1.0 us after the wait), the arithmetic ends about when it did."""
+    (+1.8 %; 400.4 / 400.3 over 200 steps); eight streams: 9B a tie, 2B -0.5 %. H100, 0 / 1: 2B 810.3, 817.0 /
+    820.1, 819.3; 9B 362.8, 363.0 / 361.7, 362.1 (-0.3 %); its phase timeline (``tc_timeline.py --whole --xf``, us
+    a launch under PDL): 8224 x 2048 8.96 -> 8.30, 2048 x 6144 8.33 -> 8.05, 4096 x 4096 9.17 -> 9.07, 2048 x 2048
+    4.35 -> 4.87; x reaches the warps sooner (9B: 2.3 -> 1.0 us after the wait), the arithmetic ends about when it
+    did."""
     v = env_choice("TENSORFOLD_TC_XFRAG", "1", ("0", "1", "ns"), "first GEMV's x fragments / LOP3 decode")
     return v == "1" or (v == "ns" and out != inp), v != "0"
 
