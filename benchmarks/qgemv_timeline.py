@@ -7,7 +7,7 @@ the end of its first tile (t5), the end of its main loop (t3) and the end of the
 plus its SM. A launch's phases are reported relative to its earliest start, and the gap to the previous launch's
 last end: what the ~8 µs a qgemv launch spends beyond a plain read of its bytes is made of.
 
-    python3 benchmarks/qgemv_timeline.py --shapes 24576x4096g,4096x12288 --out DIR
+    python3 benchmarks/qgemv_timeline.py --shapes 24576x4096g,4096x12288 --rows 1,8 --out DIR
 """
 
 from __future__ import annotations
@@ -103,18 +103,20 @@ def _cu_tag(cu) -> str:
     return cu if isinstance(cu, str) else f"{cu[0]}x{cu[1]}"
 
 
-def build(p, glu: bool):
-    """(kernel, nt): the instrumented register-ring kernel of swept plan ``p`` at one row (xh 2), launch bounds as
-    ``qgemv.get_kernel`` gives the one-n-tile kernels."""
+def build(p, glu: bool, rows: int = 1):
+    """(kernel, nt): the instrumented register-ring kernel of swept plan ``p`` for launches of ``rows`` rows (1-8,
+    one n-tile with bf16-only x: xh 2 for 1-4 rows, 1 for 5-8), launch bounds as ``qgemv.get_kernel`` gives the
+    one-n-tile kernels."""
     from numba import cuda
 
     from tensorfold.kernels import qgemv as Q
     from tensorfold.kernels._codegen import single_assignment
 
     gtimer, smid = _intrinsics()
-    nt, xm = 1, Q.xmode(1, p.xh)
+    nt, xm = Q.nt_for(rows, p.xh), Q.xmode(rows, p.xh)
+    assert nt == 1, "the timeline takes one-n-tile launches (bf16-only x, at most 8 rows)"
     cu = Q.cmp_unroll()
-    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{_cu_tag(cu)}"
+    name = f"tlq_{p.out}x{p.inp}_{int(glu)}_r{rows}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{_cu_tag(cu)}"
     src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
                         True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on(), cu)
     src = single_assignment(instrument(src, p.nw))
@@ -206,6 +208,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default="24576x4096g,24576x4096,4096x12288,34816x5120g,5120x17408,12352x4096",
                     help="OUTxIN, a trailing g: the SwiGLU epilogue form")
     ap.add_argument("--n", type=int, default=24, help="launches in a graph")
+    ap.add_argument("--rows", default="1", help="comma-separated row counts (1-8) to time each shape at")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk
@@ -222,36 +225,42 @@ def main(argv=None):
     dev.set_current()
     stream = dev.create_stream()
     report = {"commit": os.environ.get("TF_COMMIT", "?"), "cmp": Q.cmp_mode(), "pre": Q.pre_mode(),
-              "xq": Q.xq_on(), "shapes": {}}
+              "xq": Q.xq_on(), "rows": args.rows, "shapes": {}}
+    rows_list = [int(r) for r in args.rows.split(",") if r]
     for spec in [s for s in args.shapes.split(",") if s]:
         glu = spec.endswith("g")
         out, inp = (int(v) for v in spec.rstrip("g").split("x"))
         p0 = Q.plan(out, inp, 4, 64)
         p = dataclasses.replace(p0, sw=2 if glu else 1)
-        k, nt = build(p, glu)
         wbytes, mats = bk.affine_copies(ctx, out, inp, 4, 64)
         sw = [(Q.sweep_pack_device(m[0], m[1], m[2], 4, 64, p.u, glu=glu, per=p.per), m[1], m[2]) for m in mats]
         del mats
-        x, _x = ctx["rand_f32"]((1, inp))
-        y = cuda.device_array((1, out // 2 if glu else out), dtype="float32")
-        ws = cuda.device_array((p.ks, 1, out), dtype="float32") if p.ks > 1 else cuda.device_array((1, 1, 1),
-                                                                                                  np.float32)
-        gx = p.grid_x(nt)
-        nwarps = gx * p.ks * p.nw
-        tls = cuda.to_device(np.zeros((args.n, nwarps, NSTAMP), np.int64))
-        dyn = Q.xb_bytes(p.group, p.cg, nt) if Q.xb_dynamic(p.group, p.cg, nt, Q.xmode(1, p.xh), 0) else 0
+        for rows in rows_list:
+            k, nt = build(p, glu, rows)
+            x, _x = ctx["rand_f32"]((rows, inp))
+            y = cuda.device_array((rows, out // 2 if glu else out), dtype="float32")
+            ws = (cuda.device_array((p.ks, rows, out), dtype="float32") if p.ks > 1
+                  else cuda.device_array((1, 1, 1), np.float32))
+            gx = p.grid_x(nt)
+            nwarps = gx * p.ks * p.nw
+            tls = cuda.to_device(np.zeros((args.n, nwarps, NSTAMP), np.int64))
+            xm = Q.xmode(rows, p.xh)
+            dyn = Q.xb_bytes(p.group, p.cg, nt) if Q.xb_dynamic(p.group, p.cg, nt, xm, 0) else 0
 
-        def go(s, i):
-            W, S, B = sw[i % len(sw)]
-            k[(gx, p.ks), p.tpb, s, dyn](W, S, B, x, y, ws, cnt, np.int32(1), tls[i])
+            def go(s, i, k=k, x=x, y=y, ws=ws, tls=tls, gx=gx, dyn=dyn, rows=rows):
+                W, S, B = sw[i % len(sw)]
+                k[(gx, p.ks), p.tpb, s, dyn](W, S, B, x, y, ws, cnt, np.int32(rows), tls[i])
 
-        go(0, 0)
-        cuda.synchronize()
-        res = {"plan": f"nw {p.nw} mt {p.mt} cg {p.cg} u {p.u} ks {p.ks} grid {gx}x{p.ks}", "MB": wbytes / 1e6}
-        res.update(graph_phases(dev, stream, go, tls, args.n))
-        report["shapes"][spec] = res
-        print(json.dumps({spec: res}, indent=1), flush=True)
-        del sw, tls
+            go(0, 0)
+            cuda.synchronize()
+            res = {"plan": f"nw {p.nw} mt {p.mt} cg {p.cg} u {p.u} ks {p.ks} grid {gx}x{p.ks}", "MB": wbytes / 1e6,
+                   "rows": rows}
+            res.update(graph_phases(dev, stream, go, tls, args.n))
+            key = spec if rows == 1 else f"{spec}@{rows}"
+            report["shapes"][key] = res
+            print(json.dumps({key: res}, indent=1), flush=True)
+            del tls
+        del sw
     os.makedirs(args.out, exist_ok=True)
     tag = f"c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}_v{_cu_tag(Q.cmp_unroll())}"
     with open(os.path.join(args.out, f"qgemv_timeline_{tag}.json"), "w") as f:

@@ -1084,9 +1084,16 @@ def _arrivals(a, pre=()) -> None:
 CMP_EPL = 4  # batched completion: elements a lane sums at once (their partials' loads issued together)
 CMP_KU = 8  # ... and partials loaded a round (the fixed default before session 31)
 CMP_AUTO = "auto"  # the form picked per warp at run time (the default since session 31)
-# (EPL, KU) forms of ``CMP_AUTO`` (plain, SwiGLU): the first whose 32 x EPL covers a warp's outputs. Two a kernel: a
-# third form doubled a kernel's compile time again (SwiGLU 26 -> 97 s on the CI machine, against 46 s for two)
-CMP_AUTO_FORMS = {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))}
+# (EPL, KU) forms of the picked-per-warp sets (plain, SwiGLU): the first whose 32 x EPL covers a warp's outputs. Two a
+# kernel: a third form doubled a kernel's compile time again (SwiGLU 26 -> 97 s on the CI machine, against 46 s for
+# two). ``auto`` (session 45): a plain warp with more than 64 outputs takes 16 x 4, 64 partials in flight a lane
+# (session 31's ``auto31`` took 4 x 8: a head's warp at eight rows completes about 20 tiles of 128 outputs, 20
+# passes of one L2 round trip each, and the launch ended 20-60 µs after its loops; session 45, call 1). ``auto88``:
+# 8 x 8, fewer passes than 4 x 8 for many chunks (the downs' 12-17) at eight rows.
+CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (16, 4)), True: ((1, 16), (4, 8))},
+                 "auto88": {False: ((2, 16), (8, 8)), True: ((1, 16), (4, 8))},
+                 "auto31": {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))}}
+CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
 
 
 def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
@@ -1100,10 +1107,12 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
     the same bits. (``fence.acq_rel.gpu`` for the two fences instead of ``membar.gl``: 23.1 -> 23.0 us at 9B gate+up,
     within noise; session 27, call 3.)
 
-    ``cmpu``: one (elements a lane, partials a round) form, or ``CMP_AUTO``: the form picked per warp at run time from
-    its element count ``nel`` (warp-uniform): of ``CMP_AUTO_FORMS``, the first whose ``32 x EPL`` covers ``nel``. At
-    one row a warp completes 1-4 tiles of 16 (SwiGLU: 8) outputs, so 4 elements a lane left most lanes idle and loaded
-    8 partials a round: 9B down (ks 12) took two L2 round trips, 27B down (ks 17) three."""
+    ``cmpu``: one (elements a lane, partials a round) form, or a key of ``CMP_AUTO_SETS`` (``CMP_AUTO``): the form
+    picked per warp at run time from its element count ``nel`` (warp-uniform): of the set, the first whose
+    ``32 x EPL`` covers ``nel``. At one row a warp completes 1-4 tiles of 16 (SwiGLU: 8) outputs, so 4 elements a
+    lane left most lanes idle and loaded 8 partials a round: 9B down (ks 12) took two L2 round trips, 27B down
+    (ks 17) three. A head's warp completes about 20-50 tiles, 128 outputs each at eight rows: there the passes
+    (each one round trip) are the kernel's tail, hence the wide plain form of ``CMP_AUTO`` (16 x 4)."""
 
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
@@ -1112,7 +1121,7 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
     a("            if msk != 0:")
     a("                cuda.threadfence()")
     a("                nel = cuda.popc(msk) * PT")
-    forms = CMP_AUTO_FORMS[glu] if cmpu == CMP_AUTO else (tuple(cmpu),)
+    forms = CMP_AUTO_SETS[cmpu][glu] if isinstance(cmpu, str) else (tuple(cmpu),)
     for fi, (EPL, KU) in enumerate(forms):
         ind = "                "
         if len(forms) > 1:
@@ -1137,10 +1146,11 @@ def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: i
         a(f"{I}rm = ec % PT")
         a(f"{I}r{i} = rm // {TRo}")
         a(f"{I}c{i} = rm % {TRo}")
-        a(f"{I}mm = msk")
-        a(f"{I}for _q in range(qn):")
-        a(f"{I}    mm = mm & (mm - 1)")
-        a(f"{I}jj = cuda.popc((mm & -mm) - 1)")
+        # jj: the position of msk's set bit number qn (from 0), by a branch-free binary search on the count of set
+        # bits below a position (the largest jj with popc(msk & (2^jj - 1)) <= qn); was a loop clearing qn bits
+        a(f"{I}jj = 0")
+        for st in (16, 8, 4, 2, 1):
+            a(f"{I}jj = jj + {st} if cuda.popc(msk & ((1 << (jj + {st})) - 1)) <= qn else jj")
         a(f"{I}ob = (wid + (j0 + jj) * nwt) * {TR}")
         if glu:  # output (ob / 2 + c) pairs the tile's gate row and its up row, 8 apart in ws
             a(f"{I}o{i} = (ob >> 1) + c{i}")
@@ -1205,7 +1215,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
     xl = xlive_on() if xl is None else bool(xl)
-    cmpu = cmp_unroll() if cmpu is None else (CMP_AUTO if cmpu == CMP_AUTO else tuple(cmpu))
+    cmpu = cmp_unroll() if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
            bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, xl)
     if key not in _KCACHE:
@@ -1215,7 +1225,8 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + ("_sw" if sw else "") + {0: "", 1: "_xh", 2: "_xz"}[int(xh)] + ("_df" if defer else "")
                 + ("_c1" if cmp == 1 and not defer else "") + ("" if pre == 1 else f"_e{pre}") + ("_q" if xq else "")
                 + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else
-                   "_va" if cmpu == CMP_AUTO else f"_v{cmpu[0]}x{cmpu[1]}")
+                   "_va" if cmpu == CMP_AUTO else f"_v{cmpu[4:]}" if isinstance(cmpu, str) else
+                   f"_v{cmpu[0]}x{cmpu[1]}")
                 + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + ("_xl" if xl else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, xl))
@@ -1249,19 +1260,20 @@ def cmp_mode() -> int:
 
 def cmp_unroll():
     """``TENSORFOLD_GEMV3_CMPU`` (read when a kernel is generated): the batched completion's unroll. ``auto`` (the
-    default since session 31, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes
-    (plain: 2x16 up to 64, else 4x8; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); a fixed ``EPLxKU``
-    (elements a lane sums at once x chunk partials it loads a round) forces one form, ``4x8`` the only one before
-    session 31. The adds stay in chunk order: the same bits.
+    default, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes (plain: 2x16 up to 64,
+    else 16x4 since session 45; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); ``auto31`` is session 31's
+    set (plain 4x8 past 64 outputs), ``auto88`` takes 8x8 there (``CMP_AUTO_SETS``; kernel names ``_v31`` /
+    ``_v88``); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form,
+    ``4x8`` the only one before session 31. The adds stay in chunk order: the same bits.
 
     Measured on the H200 (session 31, call 1; µs at one row, under PDL, plain / SwiGLU): 9B down 4x8 13.9 / 14.7,
     2x16 12.8 / 13.1, 1x16 12.7 / 12.8; 27B down 21.1 / 21.5, 20.1 / 20.9, 21.0 / 20.0; 9B gate+up SwiGLU 22.7,
     22.7, 20.1; 27B gate+up SwiGLU 32.5, 33.1, 33.0. At eight rows 2x16 / 1x16 were slower (27B down 32.6 ->
     35.3 / 40.8). 27B decode with 2x16 everywhere: 146.2 -> 147.9 tok/s at one stream, 766.6 -> 745.0 at eight."""
-    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO, (CMP_AUTO, "4x8", "2x16", "1x16", "4x16", "2x8", "1x32"),
-                   "qgemv completion unroll")
-    if v == CMP_AUTO:
-        return CMP_AUTO
+    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO, (*CMP_AUTO_SETS, "4x8", "2x16", "1x16", "4x16", "2x8", "1x32",
+                                                        "16x4", "8x8"), "qgemv completion unroll")
+    if v in CMP_AUTO_SETS:
+        return v
     e, k = v.split("x")
     return int(e), int(k)
 
