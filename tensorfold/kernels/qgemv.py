@@ -1120,7 +1120,19 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
     a("            msk = warp_sum_i(isl << lane)")
     a("            if msk != 0:")
     a("                cuda.threadfence()")
-    a("                nel = cuda.popc(msk) * PT")
+    a("                nq = cuda.popc(msk)")
+    a("                nel = nq * PT")
+    # a lane's outputs are 32 apart in the flat (tile, row, column) order: (tile, rest) advances by (sq, sr) an
+    # output, with at most one wrap of rest (sr < PT), instead of a 64-bit division an output (session 45)
+    a("                sq = 32 // PT")
+    a("                sr = 32 - sq * PT")
+    # the position of msk's set bit number q (from 0): a branch-free binary search on the count of set bits below
+    # a position (the largest t with popc(msk & (2^t - 1)) <= q). On the GPU lane l searches for q = l once (tl)
+    # and an output of tile ordinal qn takes lane qn's by a shuffle; the simulator (whose warp helpers are block
+    # barriers, not allowed in this warp-divergent code) searches for qn at each output. Was a loop clearing qn
+    # bits, an output.
+    if not IS_SIM:
+        _bit_search(a, "                ", "tl", "lane")
     forms = CMP_AUTO_SETS[cmpu][glu] if isinstance(cmpu, str) else (tuple(cmpu),)
     for fi, (EPL, KU) in enumerate(forms):
         ind = "                "
@@ -1133,24 +1145,47 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
         _completion_form(a, ind, TR, TRo, glu, EPL, KU)
 
 
+def _bit_search(a, ind: str, t: str, q: str) -> None:
+    """Source lines setting ``t`` to the position of the set bit number ``q`` (from 0) of ``msk``, by a branch-free
+    binary search: the largest ``t`` with ``popc(msk & (2^t - 1)) <= q`` (``t`` <= 31; for ``q`` at or past
+    ``popc(msk)`` a position past the last set bit, never used)."""
+    a(f"{ind}{t} = 0")
+    for st in (16, 8, 4, 2, 1):
+        a(f"{ind}{t} = {t} + {st} if cuda.popc(msk & ((1 << ({t} + {st})) - 1)) <= {q} else {t}")
+
+
 def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: int) -> None:
     """One unroll of the batched completion: passes of ``32 x EPL`` outputs, each lane loading ``KU`` chunk partials
-    of each of its ``EPL`` outputs a round before adding any (adds in chunk order)."""
+    of each of its ``EPL`` outputs a round before adding any (adds in chunk order).
+
+    A lane's output ``ev`` (flat over the completed tiles, ``PT = R x TRo`` outputs a tile) is tile ordinal ``qi``
+    and rest ``mi`` (row ``mi // TRo``, column ``mi % TRo``), carried from output to output and pass to pass by
+    adding ``32 // PT`` / ``32 % PT`` (``sq`` / ``sr``) or ``32 EPL // PT`` / ``32 EPL % PT`` with one wrap of the
+    rest: no division an output. A 64-bit division (a long dependent chain) and a loop over the mask's bits an output
+    had made the completion of a head's warp at eight rows (about 2,500 outputs) 25-50 µs long (session 45, call
+    2). Outputs past ``nel`` take the last completed tile (their loads stay in bounds; nothing is stored)."""
+    a(f"{ind0}pq = {32 * EPL} // PT")
+    a(f"{ind0}pr = {32 * EPL} - pq * PT")
+    a(f"{ind0}q0 = lane // PT")
+    a(f"{ind0}m0 = lane - q0 * PT")
     a(f"{ind0}for e0 in range(0, nel, {32 * EPL}):")
     I = ind0 + "    "
+    a(f"{I}qi = q0")
+    a(f"{I}mi = m0")
     for i in range(EPL):
-        a(f"{I}ev = e0 + lane + {32 * i}")
-        a(f"{I}ok{i} = ev < nel")
-        a(f"{I}ec = min(ev, nel - 1)")
-        a(f"{I}qn = ec // PT")
-        a(f"{I}rm = ec % PT")
-        a(f"{I}r{i} = rm // {TRo}")
-        a(f"{I}c{i} = rm % {TRo}")
-        # jj: the position of msk's set bit number qn (from 0), by a branch-free binary search on the count of set
-        # bits below a position (the largest jj with popc(msk & (2^jj - 1)) <= qn); was a loop clearing qn bits
-        a(f"{I}jj = 0")
-        for st in (16, 8, 4, 2, 1):
-            a(f"{I}jj = jj + {st} if cuda.popc(msk & ((1 << (jj + {st})) - 1)) <= qn else jj")
+        if i:
+            a(f"{I}qi = qi + sq")
+            a(f"{I}mi = mi + sr")
+            a(f"{I}qi = qi + 1 if mi >= PT else qi")
+            a(f"{I}mi = mi - PT if mi >= PT else mi")
+        a(f"{I}ok{i} = e0 + lane + {32 * i} < nel")
+        a(f"{I}qn = min(qi, nq - 1)")
+        a(f"{I}r{i} = mi // {TRo}")
+        a(f"{I}c{i} = mi % {TRo}")
+        if IS_SIM:
+            _bit_search(a, I, "jj", "qn")
+        else:
+            a(f"{I}jj = cuda.shfl_sync(0xFFFFFFFF, tl, qn)")
         a(f"{I}ob = (wid + (j0 + jj) * nwt) * {TR}")
         if glu:  # output (ob / 2 + c) pairs the tile's gate row and its up row, 8 apart in ws
             a(f"{I}o{i} = (ob >> 1) + c{i}")
@@ -1184,6 +1219,10 @@ def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: i
     for i in range(EPL):
         a(f"{I}if ok{i}:")
         a(f"{I}    y[r{i}, o{i}] = " + (f"swiglu(gs{i}, us{i})" if glu else f"ts{i}"))
+    a(f"{I}q0 = q0 + pq")
+    a(f"{I}m0 = m0 + pr")
+    a(f"{I}q0 = q0 + 1 if m0 >= PT else q0")
+    a(f"{I}m0 = m0 - PT if m0 >= PT else m0")
 
 
 _KCACHE: dict = {}

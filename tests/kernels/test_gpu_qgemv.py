@@ -22,7 +22,7 @@ from test_gpu_gemv import _check, _ref
 def _run(cuda, dev, x, p, bits, group):
     from tensorfold.kernels import qgemv as Q
 
-    out = dev[0].shape[0]
+    out = dev[1].shape[0]  # the scales' rows (a swept W, from sweep_pack_device, has other dimensions)
     R = x.shape[0]
     y = cuda.to_device(np.full((R, out), np.nan, np.float32))
     ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
