@@ -1127,12 +1127,12 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
     a("                sq = 32 // PT")
     a("                sr = 32 - sq * PT")
     # the position of msk's set bit number q (from 0): a branch-free binary search on the count of set bits below
-    # a position (the largest t with popc(msk & (2^t - 1)) <= q). On the GPU lane l searches for q = l once (tl)
+    # a position (the largest t with popc(msk & (2^t - 1)) <= q). On the GPU lane l searches for q = l once (tpos)
     # and an output of tile ordinal qn takes lane qn's by a shuffle; the simulator (whose warp helpers are block
     # barriers, not allowed in this warp-divergent code) searches for qn at each output. Was a loop clearing qn
     # bits, an output.
     if not IS_SIM:
-        _bit_search(a, "                ", "tl", "lane")
+        _bit_search(a, "                ", "tpos", "lane")
     forms = CMP_AUTO_SETS[cmpu][glu] if isinstance(cmpu, str) else (tuple(cmpu),)
     for fi, (EPL, KU) in enumerate(forms):
         ind = "                "
@@ -1185,7 +1185,7 @@ def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: i
         if IS_SIM:
             _bit_search(a, I, "jj", "qn")
         else:
-            a(f"{I}jj = cuda.shfl_sync(0xFFFFFFFF, tl, qn)")
+            a(f"{I}jj = cuda.shfl_sync(0xFFFFFFFF, tpos, qn)")
         a(f"{I}ob = (wid + (j0 + jj) * nwt) * {TR}")
         if glu:  # output (ob / 2 + c) pairs the tile's gate row and its up row, 8 apart in ws
             a(f"{I}o{i} = (ob >> 1) + c{i}")
