@@ -1086,13 +1086,14 @@ CMP_KU = 8  # ... and partials loaded a round (the fixed default before session 
 CMP_AUTO = "auto"  # the form picked per warp at run time (the default since session 31)
 # (EPL, KU) forms of the picked-per-warp sets (plain, SwiGLU): the first whose 32 x EPL covers a warp's outputs. Two a
 # kernel: a third form doubled a kernel's compile time again (SwiGLU 26 -> 97 s on the CI machine, against 46 s for
-# two). ``auto`` (session 45): a plain warp with more than 64 outputs takes 16 x 4, 64 partials in flight a lane
-# (session 31's ``auto31`` took 4 x 8: a head's warp at eight rows completes about 20 tiles of 128 outputs, 20
-# passes of one L2 round trip each, and the launch ended 20-60 µs after its loops; session 45, call 1). ``auto88``:
-# 8 x 8, fewer passes than 4 x 8 for many chunks (the downs' 12-17) at eight rows.
-CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (16, 4)), True: ((1, 16), (4, 8))},
-                 "auto88": {False: ((2, 16), (8, 8)), True: ((1, 16), (4, 8))},
-                 "auto31": {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))}}
+# two). ``auto`` is session 31's set. Session 45 tried wider plain forms past 64 outputs, opt-in: ``auto164`` (16 x
+# 4: 64 partials in flight a lane, a quarter of the passes) and ``auto88`` (8 x 8). On the H100 (call 4, with the
+# division-free indexing of all three) 16 x 4 was slower at every measured case (2B head at 8 rows 151.2 vs 139.3 µs,
+# 27B down at 8 rows 73.5 vs 36.5; the passes' round trips were not the cost) and doubled the plain kernels' compile
+# time (front end 27 s against 13-16); 8 x 8 was not timed.
+CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))},
+                 "auto164": {False: ((2, 16), (16, 4)), True: ((1, 16), (4, 8))},
+                 "auto88": {False: ((2, 16), (8, 8)), True: ((1, 16), (4, 8))}}
 CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
 
 
@@ -1111,8 +1112,8 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
     picked per warp at run time from its element count ``nel`` (warp-uniform): of the set, the first whose
     ``32 x EPL`` covers ``nel``. At one row a warp completes 1-4 tiles of 16 (SwiGLU: 8) outputs, so 4 elements a
     lane left most lanes idle and loaded 8 partials a round: 9B down (ks 12) took two L2 round trips, 27B down
-    (ks 17) three. A head's warp completes about 20-50 tiles, 128 outputs each at eight rows: there the passes
-    (each one round trip) are the kernel's tail, hence the wide plain form of ``CMP_AUTO`` (16 x 4)."""
+    (ks 17) three. A head's warp completes about 20-50 tiles, 128 outputs each at eight rows: there the outputs'
+    index arithmetic is the kernel's tail (``_completion_form``), not the passes' round trips (session 45)."""
 
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
@@ -1161,9 +1162,12 @@ def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: i
     A lane's output ``ev`` (flat over the completed tiles, ``PT = R x TRo`` outputs a tile) is tile ordinal ``qi``
     and rest ``mi`` (row ``mi // TRo``, column ``mi % TRo``), carried from output to output and pass to pass by
     adding ``32 // PT`` / ``32 % PT`` (``sq`` / ``sr``) or ``32 EPL // PT`` / ``32 EPL % PT`` with one wrap of the
-    rest: no division an output. A 64-bit division (a long dependent chain) and a loop over the mask's bits an output
-    had made the completion of a head's warp at eight rows (about 2,500 outputs) 25-50 µs long (session 45, call
-    2). Outputs past ``nel`` take the last completed tile (their loads stay in bounds; nothing is stored)."""
+    rest: no division an output. A 64-bit division and a loop over the mask's bits an output had made the
+    completion of a head's warp at eight rows (about 2,500 outputs) the launch's tail. H100, session 45 (calls 1 and
+    4, µs, median / p90 / max over warps, then the launch without / with PDL): the 2B head at eight rows, completion
+    23.0 / 50.4 / 63.2 -> 13.2 / 25.1 / 30.7, launch 173.0 / 171.0 -> 139.3 / 137.3; at one row 113.8 / 111.8 ->
+    108.4 / 106.1; the 27B down at eight rows 39.8 / 37.9 -> 36.5 / 34.8. Outputs past ``nel`` take the last
+    completed tile (their loads stay in bounds; nothing is stored)."""
     a(f"{ind0}pq = {32 * EPL} // PT")
     a(f"{ind0}pr = {32 * EPL} - pq * PT")
     a(f"{ind0}q0 = lane // PT")
@@ -1299,10 +1303,10 @@ def cmp_mode() -> int:
 
 def cmp_unroll():
     """``TENSORFOLD_GEMV3_CMPU`` (read when a kernel is generated): the batched completion's unroll. ``auto`` (the
-    default, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes (plain: 2x16 up to 64,
-    else 16x4 since session 45; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); ``auto31`` is session 31's
-    set (plain 4x8 past 64 outputs), ``auto88`` takes 8x8 there (``CMP_AUTO_SETS``; kernel names ``_v31`` /
-    ``_v88``); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form,
+    default since session 31, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes
+    (plain: 2x16 up to 64, else 4x8; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); ``auto164`` / ``auto88``
+    take 16x4 / 8x8 for plain warps past 64 outputs (session 45, opt-in: ``CMP_AUTO_SETS``; kernel names ``_v164``
+    / ``_v88``); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form,
     ``4x8`` the only one before session 31. The adds stay in chunk order: the same bits.
 
     Measured on the H200 (session 31, call 1; µs at one row, under PDL, plain / SwiGLU): 9B down 4x8 13.9 / 14.7,

@@ -322,12 +322,12 @@ def test_x_live_rows_real_shapes(label, out, inp, monkeypatch):
 
 @pytest.mark.parametrize("label,out,inp", [("2B head", 248320, 2048), ("27B down", 5120, 17408)])
 def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
-    """The batched split-K completion's picked-per-warp sets (``TENSORFOLD_GEMV3_CMPU``: ``auto``, the default since
-    session 45, 16 x 4 past 64 outputs; ``auto31``, 4 x 8; ``auto88``, 8 x 8) on the swept layout at the decode
-    plan, bf16-only x, 1, 3 and 8 rows: the same bits. At the 2B head (ks 2) a warp walks about 20 tiles and the
-    later chunk's warp completes nearly all of them, so the binary search for a lane's tile runs over masks of about
-    20 set bits and 8 rows make about 2,500 outputs a warp (five 16 x 4 passes); the 27B down (ks 17) takes five
-    rounds of 4 partials. Within the oracle's bound (float64 on bf16-rounded x) at 8 rows."""
+    """The batched split-K completion's picked-per-warp sets (``TENSORFOLD_GEMV3_CMPU``: ``auto``, the default, 4 x 8
+    past 64 outputs; ``auto164``, 16 x 4; ``auto88``, 8 x 8) on the swept layout at the decode plan, bf16-only x, 1,
+    3 and 8 rows: the same bits. At the 2B head (ks 2) a warp walks about 20 tiles and the later chunk's warp
+    completes nearly all of them, so the tile positions (searched once a lane, taken by shuffle) span masks of about
+    20 set bits and 8 rows make about 2,500 outputs a warp (twenty 4 x 8 passes); the 27B down (ks 17) takes five
+    rounds of 4 partials at 16 x 4. Within the oracle's bound (float64 on bf16-rounded x) at 8 rows."""
     import dataclasses
 
     from tensorfold.kernels import qgemv as Q
@@ -342,7 +342,7 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
     dev = [Q.sweep_pack_device(*(cuda.to_device(a) for a in (P, S, B)), bits, group, p.u, per=p.per),
            cuda.to_device(S), cuda.to_device(B)]
     got = {}
-    for v in ("auto", "auto31", "auto88"):
+    for v in ("auto", "auto164", "auto88"):
         monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", v)
         for R in (1, 3, 8):
             y = _run(cuda, dev, x[:R], p, bits, group)
@@ -350,7 +350,7 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
             got[v, R] = y
     assert not Q.counters().copy_to_host().any(), "arrival counters not back at zero"
     for R in (1, 3, 8):
-        for v in ("auto31", "auto88"):
+        for v in ("auto164", "auto88"):
             assert np.array_equal(got["auto", R].view(np.uint32), got[v, R].view(np.uint32)), (label, v, R)
         assert np.array_equal(got["auto", R].view(np.uint32), got["auto", 8][:R].view(np.uint32)), (label, R)
     _check(got["auto", 8], *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))

@@ -531,20 +531,20 @@ def test_batched_completion_same_bits(monkeypatch, glu):
 @pytest.mark.parametrize("glu", [False, True])
 def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     """The default completion (``TENSORFOLD_GEMV3_CMPU=auto``) picks its unroll per warp from the outputs the warp
-    completes: plain 2x16 up to 64, else 16x4; SwiGLU 1x16 up to 32, else 4x8. One warp owns both tiles of a 2-tile
+    completes: plain 2x16 up to 64, else 4x8; SwiGLU 1x16 up to 32, else 4x8. One warp owns both tiles of a 2-tile
     launch, so 1 / 2 / 3 rows complete 32 / 64 / 96 outputs and every form is taken; 9 chunks make the 16-partial
-    forms clamp their loads past the last chunk and the 16x4 form take three rounds. Each must give the bits of the
-    one-tile-at-a-time completion (``CMP=1``), of the fixed 4x8 form and of the other picked sets (``auto31``:
-    session 31's 4x8 for many outputs; ``auto88``: 8x8), and (plain) match float64. The tile a lane's output falls
-    in is found by a binary search over the warp's mask of completed tiles; a launch of 8 tiles, of which the warp
-    completes them all at 3 rows (384 outputs, 16x4: 24 elements past a pass of 512 are clamped), checks it past
-    the first two positions."""
+    forms clamp their loads past the last chunk. Each must give the bits of the one-tile-at-a-time completion
+    (``CMP=1``), of the fixed 4x8 form and of the opt-in picked sets (``auto164``: 16x4 for many outputs, three
+    rounds of 4 partials; ``auto88``: 8x8), and (plain) match float64. A lane's outputs are carried from one to the
+    next (tile ordinal and rest, no division) and the tile's position is found by a binary search over the warp's
+    mask of completed tiles; a launch of 8 tiles, all completed by the one warp at 3 rows (384 outputs: three 4x8
+    passes, outputs past the last clamped), checks both past the first two positions and across the passes."""
     bits, group, K = 4, 32, 288
     out, mt = (64, 2) if glu else (32, 1)  # 2 tiles of 16 (SwiGLU: 32 rows, 16 gate / up pairs) outputs
     P, S, B = _case(bits, group, out, K)
     p = Q.V3Plan(out, K, bits, group, nw=1, mt=mt, cg=1, u=1, depth=1, blocks=1)
     forms = Q.CMP_AUTO_FORMS[glu]
-    assert p.ks == 9 and forms == (((1, 16), (4, 8)) if glu else ((2, 16), (16, 4)))
+    assert p.ks == 9 and forms == (((1, 16), (4, 8)) if glu else ((2, 16), (4, 8)))
     picked = set()
     for R in (1, 2, 3):
         nel = 2 * R * 16  # two tiles of 16 outputs a row, all completed by the one warp
@@ -559,7 +559,7 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
         assert np.array_equal(y48.view(np.uint32), ya.view(np.uint32)), R
         if not glu:
             _check(ya, *_ref(x, P, S, B, bits, group))
-            for cu in ("auto31", "auto88"):
+            for cu in ("auto164", "auto88"):
                 yo = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": cu}, P, S, B,
                                    x, p, glu)
                 assert np.array_equal(y1.view(np.uint32), yo.view(np.uint32)), (R, cu)
@@ -573,8 +573,10 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     p8 = Q.V3Plan(out8, K, bits, group, nw=1, mt=1, cg=1, u=1, depth=1, blocks=1)
     x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
     y1 = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "1"}, P, S, B, x, p8, glu)
-    ya = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": "auto"}, P, S, B, x, p8, glu)
-    assert np.array_equal(y1.view(np.uint32), ya.view(np.uint32))
+    for cu in ("auto", "auto164"):
+        ya = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": cu}, P, S, B, x, p8,
+                           glu)
+        assert np.array_equal(y1.view(np.uint32), ya.view(np.uint32)), cu
     _check(ya, *_ref(x, P, S, B, bits, group))
     assert not Q.counters().any()
 
