@@ -538,7 +538,8 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     rounds of 4 partials; ``auto88``: 8x8), and (plain) match float64. A lane's outputs are carried from one to the
     next (tile ordinal and rest, no division) and the tile's position is found by a binary search over the warp's
     mask of completed tiles; a launch of 8 tiles, all completed by the one warp at 3 rows (384 outputs: three 4x8
-    passes, outputs past the last clamped), checks both past the first two positions and across the passes."""
+    passes; one 16x4 pass whose last 128 outputs are past the end, clamped), checks both past the first two
+    positions and across the passes."""
     bits, group, K = 4, 32, 288
     out, mt = (64, 2) if glu else (32, 1)  # 2 tiles of 16 (SwiGLU: 32 rows, 16 gate / up pairs) outputs
     P, S, B = _case(bits, group, out, K)
