@@ -3,6 +3,7 @@
 #   returns only a few files, so a script packs after each step).
 # - `dec NAME GEOMETRY [bench_decode args...]` runs bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into
 #   $R/decode_NAME.{md,txt} and prints its figures.
+# - `synth_all DIR GEOMETRY...` writes the synth checkpoints the decode benchmarks read.
 # - `ptest NAME TIMEOUT pytest-args...` runs one GPU-tier pytest process into $R/NAME.txt with its own kernel cache
 #   (several may run side by side with `&` and `wait`: compiles are CPU-bound; nothing they do is timed).
 set -u
@@ -19,6 +20,16 @@ dec() {
     timeout 240 python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8 --prompts 512 \
         --steps 30 --out "$R/decode_$n.md" "$@" >"$R/decode_$n.txt" 2>&1
     echo "== $n rc $?"; grep -h "decode \|prompt \|Error\|error" "$R/decode_$n.txt" | head -8
+}
+synth_all() {
+    # `synth_all DIR GEOMETRY...`: the 4-bit g64 synth checkpoints DIR/synth-G-4bit-g64, written side by side (CPU
+    # only, so it may run beside GPU tests with `&`)
+    local d=$1 g; shift
+    for g in "$@"; do
+        python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from bench_decode import write_synth_any; \
+write_synth_any('$g', '$d/synth-$g-4bit-g64', bits=4, group_size=64)" > "$R/synth_$g.txt" 2>&1 &
+    done
+    wait
 }
 ptest() {
     local n=$1 s=$2; shift 2

@@ -1313,8 +1313,8 @@ def cmp_unroll():
     2x16 12.8 / 13.1, 1x16 12.7 / 12.8; 27B down 21.1 / 21.5, 20.1 / 20.9, 21.0 / 20.0; 9B gate+up SwiGLU 22.7,
     22.7, 20.1; 27B gate+up SwiGLU 32.5, 33.1, 33.0. At eight rows 2x16 / 1x16 were slower (27B down 32.6 ->
     35.3 / 40.8). 27B decode with 2x16 everywhere: 146.2 -> 147.9 tok/s at one stream, 766.6 -> 745.0 at eight."""
-    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO, (*CMP_AUTO_SETS, "4x8", "2x16", "1x16", "4x16", "2x8", "1x32",
-                                                        "16x4", "8x8"), "qgemv completion unroll")
+    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO, (*CMP_AUTO_SETS, "4x8", "2x16", "1x16", "4x16", "2x8", "1x32"),
+                   "qgemv completion unroll")
     if v in CMP_AUTO_SETS:
         return v
     e, k = v.split("x")

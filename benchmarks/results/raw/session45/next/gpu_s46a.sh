@@ -11,10 +11,7 @@
 out_dir s46a
 t0=$SECONDS
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader > "$R/gpu.txt"; cat "$R/gpu.txt"
-( for g in 2b 9b 27b; do
-    python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from bench_decode import write_synth_any; \
-write_synth_any('$g', '/tmp/tfm_w/synth-$g-4bit-g64', bits=4, group_size=64)" > "$R/synth_$g.txt" 2>&1 &
-  done; wait ) &
+synth_all /tmp/tfm_w 2b 9b 27b &
 ptest cmpf 300 tests/kernels/test_gpu_qgemv.py -k "completion_forms or x_live" -s &
 ptest qrows 300 tests/kernels/test_gpu_qgemv.py -k "real_shapes_rows or bf16_x or deferred" -s &
 wait
