@@ -199,6 +199,25 @@ if not IS_SIM:
 
         return sig, codegen
 
+    @_intrinsic
+    def ld_cg_f32_if(typingctx, arr, off, c):
+        """``arr.flat[off]`` through L2 only where ``c`` is true, else -0.0 (x + -0.0 is x, bit for bit): one
+        predicated ``ld.global.cg``, no branch (as a branch a load, ptxas spilled in the completion)."""
+        if not (isinstance(arr, _types.Array) and arr.dtype == _types.float32 and isinstance(off, _types.Integer)
+                and isinstance(c, (_types.Boolean, _types.Integer))):
+            return None
+        sig = _types.float32(arr, off, c)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], 0)
+            cv = context.cast(builder, args[2], sig.args[2], _types.int32)
+            asm = _ir.InlineAsm(_ir.FunctionType(_ir.FloatType(), [p.type, _ir.IntType(32)]),
+                                "{ .reg .pred p; setp.ne.s32 p, $2, 0; mov.f32 $0, 0f80000000; "
+                                "@p ld.global.cg.f32 $0, [$1]; }", "=f,l,r")
+            return builder.call(asm, [p, cv])
+
+        return sig, codegen
+
 else:
 
     def _flat(arr):
@@ -232,6 +251,10 @@ else:
     @cuda.jit(device=True)
     def ld_cg_f32(arr, off):
         return arr.reshape(-1)[off]
+
+    @cuda.jit(device=True)
+    def ld_cg_f32_if(arr, off, c):
+        return arr.reshape(-1)[off] if c else np.float32(-0.0)
 
     @cuda.jit(device=True)
     def pf_l2(arr, off):
@@ -511,7 +534,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, xl=False
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, xl: bool = False) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, xl: bool = False, cp: bool = True) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -1021,7 +1044,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
     if cmp == 2:
-        _completion_batched(a, TR, glu, cmpu)
+        _completion_batched(a, TR, glu, cmpu, cp)
         return "\n".join(L) + "\n"
     _arrivals(a)
     # lastf is each warp's own, yet block barriers here: warp barriers (bar.warp.sync) made 9B gate + up 28.0 ->
@@ -1097,7 +1120,7 @@ CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))},
 CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
 
 
-def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
+def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool = True) -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -1143,7 +1166,7 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU)) -> None:
             else:
                 a(f"{ind}else:")
             ind += "    "
-        _completion_form(a, ind, TR, TRo, glu, EPL, KU)
+        _completion_form(a, ind, TR, TRo, glu, EPL, KU, cp and not glu)
 
 
 def _bit_search(a, ind: str, t: str, q: str) -> None:
@@ -1155,7 +1178,7 @@ def _bit_search(a, ind: str, t: str, q: str) -> None:
         a(f"{ind}{t} = {t} + {st} if cuda.popc(msk & ((1 << ({t} + {st})) - 1)) <= {q} else {t}")
 
 
-def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: int) -> None:
+def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: int, cp: bool = False) -> None:
     """One unroll of the batched completion: passes of ``32 x EPL`` outputs, each lane loading ``KU`` chunk partials
     of each of its ``EPL`` outputs a round before adding any (adds in chunk order).
 
@@ -1207,15 +1230,29 @@ def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: i
         for i in range(EPL):
             for h, dh in halves:
                 for uu in range(KU):
-                    kk = f"min({k0} + {uu}, ks - 1)" if (uu or not first) else "0"
-                    a(f"{ind}{h}{i}_{uu} = ld_cg_f32(ws, ad{i} + {dh} + {kk} * RO)")
+                    # a round's first partial always exists (k0 < ks). ``cp`` (plain kernels, the default):
+                    # the loads past the last chunk predicated off (they give -0.0, whose add changes no bit);
+                    # else clamped to the last chunk, loaded again and not added (at ks 2, 8 loads an output for
+                    # 2). SwiGLU kernels keep the clamp: predicated, ptxas gave their 5-8-row kernel 235-255
+                    # registers against 190 (session 46).
+                    if first and uu == 0:
+                        a(f"{ind}{h}{i}_0 = ld_cg_f32(ws, ad{i} + {dh})")
+                    elif not cp:
+                        a(f"{ind}{h}{i}_{uu} = ld_cg_f32(ws, ad{i} + {dh} + min({k0} + {uu}, ks - 1) * RO)")
+                    elif uu == 0:
+                        a(f"{ind}{h}{i}_0 = ld_cg_f32(ws, ad{i} + {dh} + {k0} * RO)")
+                    else:
+                        kk = f"{k0} + {uu}"
+                        a(f"{ind}{h}{i}_{uu} = ld_cg_f32_if(ws, ad{i} + {dh} + ({kk}) * RO, {kk} < ks)")
         for i in range(EPL):
             for h, _ in halves:
                 for uu in range(KU):
                     if first and uu == 0:
                         a(f"{ind}{h}s{i} = {h}{i}_0")
-                    else:
+                    elif not cp:
                         a(f"{ind}{h}s{i} = {h}s{i} + {h}{i}_{uu} if {k0} + {uu} < ks else {h}s{i}")
+                    else:
+                        a(f"{ind}{h}s{i} = {h}s{i} + {h}{i}_{uu}")
 
     round_(I, True)
     a(f"{I}for kk0 in range({KU}, ks, {KU}):")
@@ -1247,7 +1284,8 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, xl=None):
+               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, xl=None,
+               cp=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
@@ -1258,9 +1296,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
     xl = xlive_on() if xl is None else bool(xl)
+    cp = (cpred_on() if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
     cmpu = cmp_unroll() if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, xl)
+           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, xl, cp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
@@ -1270,12 +1309,14 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[4:]}" if isinstance(cmpu, str) else
                    f"_v{cmpu[0]}x{cmpu[1]}")
-                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + ("_xl" if xl else "") + tag)
+                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + ("_xl" if xl else "")
+                + ("_cc" if not (cp or glu or cmp != 2 or defer) else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, xl))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, xl, cp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
-               "ld_cg_f32": ld_cg_f32, "ldg_f32x4_2d": ldg_f32x4_2d, "andor_m4": andor_m4, "andor_m2": andor_m2,
+               "ld_cg_f32": ld_cg_f32, "ld_cg_f32_if": ld_cg_f32_if, "ldg_f32x4_2d": ldg_f32x4_2d,
+               "andor_m4": andor_m4, "andor_m2": andor_m2,
                "_TWO23": np.float32(8388608.0), "swiglu": swiglu, "warp_sum_i": warp_sum_i, "quad_sum": quad_sum,
                "pf_l2": pf_l2,
                "cpa4": cpa4, "cpa8": cpa8, "cpa_commit": cpa_commit, "pdl_trigger": pdl_trigger, "pdl_wait": pdl_wait,
@@ -1358,6 +1399,14 @@ def xlive_on() -> bool:
     return env_choice("TENSORFOLD_GEMV3_XLIVE", "0", ("0", "1"), "qgemv x preparation of live rows only") == "1"
 
 
+def cpred_on() -> bool:
+    """``TENSORFOLD_GEMV3_CPRED`` (read when a kernel is generated): 1 (the default since session 46) predicates the
+    batched completion's partial loads past the last chunk off in plain kernels; 0 clamps them to the last chunk
+    (loaded again, not added; kernel names ``_cc``), the form before. The same bits either way; SwiGLU kernels
+    always clamp (``_completion_form``)."""
+    return env_choice("TENSORFOLD_GEMV3_CPRED", "1", ("0", "1"), "qgemv completion loads past the last chunk") == "1"
+
+
 def _xh_on() -> bool:
     """``TENSORFOLD_GEMV3_XH`` (read when a plan is made): 1 (the default) plans bf16-only x, 0 bf16 hi + lo."""
     return os.environ.get("TENSORFOLD_GEMV3_XH", "1").strip() != "0"
@@ -1374,7 +1423,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
            sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None,
-           xlive_on())
+           xlive_on(), cpred_on())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
