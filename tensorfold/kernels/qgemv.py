@@ -421,71 +421,38 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
-def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=False, xl=False):
+def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=False):
     """The x loads of one batch of ``PB`` items a thread (``_gen_source``'s x preparation); ``xsh``: one row of x
-    from the fused norm prologue's shared array ``nf_xs`` (by column) instead of global memory. ``xl``
-    (``xlive_on``): items in row-major order (row, group, lane column), and on the GPU, where a warp's items share
-    a row (``4 cg`` a multiple of 32), the items of rows past ``R`` load nothing (``_xprep_items`` skips them)."""
-    cg = nitems // (4 * RPN * nt)
-    skip = xl and _xl_skips(cg)
+    from the fused norm prologue's shared array ``nf_xs`` (by column) instead of global memory. Items of rows past
+    ``R`` load row ``R - 1`` and are zeroed (``live``). (Session 44's row-major form that skipped them,
+    ``TENSORFOLD_GEMV3_XLIVE``, tied at one stream and lost 3.5 % at eight on an H100 in session 46: removed.)"""
     for k in range(PB):
         a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
         a(f"{I2}tt{k} = it{k} % 4")
-        if xl:
-            a(f"{I2}r{k} = it{k} // {4 * cg}")
-            a(f"{I2}gl{k} = (it{k} // 4) % {cg}")
-        else:
-            a(f"{I2}r{k} = (it{k} // 4) % {RPN * nt}")
-            a(f"{I2}gl{k} = it{k} // {4 * RPN * nt}")
+        a(f"{I2}r{k} = (it{k} // 4) % {RPN * nt}")
+        a(f"{I2}gl{k} = it{k} // {4 * RPN * nt}")
         a(f"{I2}rr = min(r{k}, R - 1)")
-        if not xl:
-            a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
+        a(f"{I2}live{k} = np.float32(1.0) if r{k} < R else np.float32(0.0)")
         a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
-        J = I2
-        if skip:
-            a(f"{I2}if r{k} < R:")
-            J = I2 + "    "
         for q in range(nq):
             if xsh:
-                a(f"{J}q{k}_{q} = lds4(nf_xs, base + {4 * q})")
+                a(f"{I2}q{k}_{q} = lds4(nf_xs, base + {4 * q})")
             else:
-                a(f"{J}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
-        if skip:
-            a(f"{I2}else:")
-            for q in range(nq):
-                a(f"{J}q{k}_{q} = (np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0))")
+                a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
 
 
-def _xl_skips(cg: int) -> bool:
-    """Whether the row-major x preparation (``xl``) skips the items of rows past ``R`` in this build: on the GPU,
-    where a warp's 32 items always share a row (a row has ``4 cg`` items). The simulator's quad sum is a block
-    barrier, so there every thread computes every item and only the live ones store (the dead rows' slots stay as
-    they were: ``_gen_source`` fills them with NaN there, so a test sees any read of one)."""
-    return not IS_SIM and (4 * cg) % 32 == 0
-
-
-def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, xl=False):
+def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
     """One batch's items: B-fragment words into ``xb``; their k-step partial sums into ``xp`` (summed by a second
     pass) or, with ``xq``, summed over the steps in a lane and across the item's 4 lanes by ``quad_sum``, the
     group sum written to ``xs`` by the tt = 0 lane. Items past ``nitems`` are whole quads (``nitems`` and ``T`` are
-    multiples of 4): with ``xq`` every lane computes and shuffles, only in-range items write. ``xl``: only the
-    items of rows below ``R`` write (their values unchanged; a batch column of the mma and its group sum are read
-    only by that column's sums, and rows past ``R`` are never stored), and where ``_xl_skips`` the others are not
-    computed at all (a warp-uniform branch)."""
-    skip = xl and _xl_skips(nitems // (4 * RPN * nt))
+    multiples of 4): with ``xq`` every lane computes and shuffles, only in-range items write."""
     for k in range(PB):
         guard = f"tid + (kbat * {PB} + {k}) * {T} < {nitems}"
-        if xl:
-            guard = f"{guard} and r{k} < R"
-        J0 = I2
-        if skip:
-            a(f"{I2}if r{k} < R:")
-            J0 = I2 + "    "
         if xq:
-            K = J0
+            K = I2
         else:
-            a(f"{J0}if {guard}:")
-            K = J0 + "    "
+            a(f"{I2}if {guard}:")
+            K = I2 + "    "
         if X8:  # batch row r is B column r % 8 of n-tile r // 8: lanes 4 (r % 8) + tt
             a(f"{K}xrow = gl{k} * {spg * nt * 32} + (r{k} // 8) * 32 + tt{k} + 4 * (r{k} % 8)")
         else:  # batch row r: columns 2 (r % 4) (hi) and 2 (r % 4) + 1 (lo) of n-tile r // 4
@@ -495,7 +462,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, xl=False
         writes = []  # (xb offset, value expression) of the guarded stores
         for s_, (_, prs, _) in enumerate(steps):
             (l0, h0), (l1, h1) = prs
-            vs = [f"q{k}_{c // 4}[{c % 4}]" + ("" if xl else f" * live{k}") for c in (l0, h0, l1, h1)]
+            vs = [f"q{k}_{c // 4}[{c % 4}] * live{k}" for c in (l0, h0, l1, h1)]
             if xh:
                 a(f"{K}h0_{s_} = pack_bf16x2({vs[0]}, {vs[1]})")
                 a(f"{K}h1_{s_} = pack_bf16x2({vs[2]}, {vs[3]})")
@@ -525,16 +492,13 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, xl=False
             for off, v in writes:
                 a(f"{K}    xb[xrow + {off}] = {v}")
             a(f"{K}    if tt{k} == 0:")
-            if xl:
-                a(f"{K}        xs[gl{k} * {RPN * nt} + r{k}] = ps{k}")
-            else:
-                a(f"{K}        xs[gl{k} * {RPN * nt} + r{k}] = ps{k} if r{k} < R else np.float32(0.0)")
+            a(f"{K}        xs[gl{k} * {RPN * nt} + r{k}] = ps{k} if r{k} < R else np.float32(0.0)")
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, xl: bool = False, cp: bool = True) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = True) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -598,10 +562,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel, ``norms.fused_norm_lines`` at the
     standalone kernel's geometry ``nrm``: the kernel takes ``norms.FUSED_ARGS`` after ``R``; each block makes its
-    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x.
-
-    ``xl`` (``xlive_on``): the x preparation makes only the items of batch rows below ``R`` (``_xprep_batch``);
-    the same bits."""
+    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x."""
     nwp = max(nwp, nw)
     assert not xh or not (pf or stages or kp > 1)
     X8 = xh == 1
@@ -832,12 +793,6 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     #      (group, step, tt, row) with four scalar loads and a runtime step switch, made the x preparation a third of
     #      the kernel's instructions, ncu.) The same values and sums, hence the same bits.
     I = "    "
-    if xl and IS_SIM:  # the dead rows' slots are never written: NaN in them, so a test sees any read of one
-        a(f"    for e in range(tid, {XBW}, {nwp * 32}):")
-        a("        xb[e] = np.uint64(0x7FC07FC07FC07FC0)")
-        a(f"    for e in range(tid, {cg * nt * RPN}, {nwp * 32}):")
-        a("        xs[e] = np.float32(np.nan)")
-        a("    cuda.syncthreads()")
     a(f"{I}kb = G0 * {group}")
     nitems = cg * 4 * nt * RPN
     T = nwp * 32
@@ -857,11 +812,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         else:
             a(f"{I}kbat = {bat}")
             I2 = I
-        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=bool(nrm), xl=xl)
+        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=bool(nrm))
         if bat == 0 and not (pf or stages):
             for d in range(depth):
                 loads(I2, f"p{d}_", "c", d)
-        _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, xl=xl)
+        _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq)
     a(f"{I}cuda.syncthreads()")
     if not xq:
         a(f"{I}for e0 in range(0, {cg * nt * RPN}, {nwp * 32}):")
@@ -1284,8 +1239,7 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, xl=None,
-               cp=None):
+               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, cp=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
@@ -1295,11 +1249,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     if pre >= 2 and not sw:  # the L2 prefetch walks swept runs: MLX-layout kernels keep the default order
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
-    xl = xlive_on() if xl is None else bool(xl)
     cp = (cpred_on() if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
     cmpu = cmp_unroll() if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, xl, cp)
+           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
@@ -1309,10 +1262,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                 + ("" if cmpu == (CMP_EPL, CMP_KU) or cmp != 2 or defer else
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[4:]}" if isinstance(cmpu, str) else
                    f"_v{cmpu[0]}x{cmpu[1]}")
-                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "") + ("_xl" if xl else "")
+                + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "")
                 + ("_cc" if not (cp or glu or cmp != 2 or defer) else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, xl, cp))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, cp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ld_cg_f32_if": ld_cg_f32_if, "ldg_f32x4_2d": ldg_f32x4_2d,
@@ -1384,21 +1337,6 @@ def xq_on() -> bool:
     return env_choice("TENSORFOLD_GEMV3_XQ", "1", ("0", "1"), "qgemv x group sums") == "1"
 
 
-def xlive_on() -> bool:
-    """``TENSORFOLD_GEMV3_XLIVE`` (read when a kernel is generated; kernel names ``_xl``): 1 makes x's fragments and
-    group sums only for the launch's rows (``_gen_source``'s ``xl``); 0 (the default) the form before it, where a
-    one-row launch of the 1-4-row kernel makes all four rows' items (the dead ones from row 0 times zero): four
-    times the x loads and two items a thread where one is left. The same bits either way.
-
-    Built in session 44 from the 9B gate + up SwiGLU kernel's SASS: 454 -> 358 instructions between the PDL wait and
-    the x preparation's barrier (static), and at one row half the threads make one item, the other half none.
-    Predicted +0.5 to +1 % at 9B one stream on the H200. Measured only on an H100 (2B, whose one qgemv launch is
-    the head: 818.8 / 818.1 -> 814.8 / 815.6 tok/s, within that card's round-to-round spread); its GPU bits were
-    checked there (``test_gpu_qgemv.py::test_real_shapes_rows_1_to_16`` with it on: rows alone equal the rows of
-    a 16-row launch). Off until an H200 times it (``raw/session44/next``)."""
-    return env_choice("TENSORFOLD_GEMV3_XLIVE", "0", ("0", "1"), "qgemv x preparation of live rows only") == "1"
-
-
 def cpred_on() -> bool:
     """``TENSORFOLD_GEMV3_CPRED`` (read when a kernel is generated): 1 (the default since session 46) predicates the
     batched completion's partial loads past the last chunk off in plain kernels; 0 clamps them to the last chunk
@@ -1423,7 +1361,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
            sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None,
-           xlive_on(), cpred_on())
+           cpred_on())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -1998,10 +1936,6 @@ def _specs():
     # the x preparation's order before session 28 (opt-in: TENSORFOLD_GEMV3_PRE=1, TENSORFOLD_GEMV3_XQ=0; the
     # specs above take the defaults, PRE=2 + XQ=1), SwiGLU at 1-4 rows
     f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False)
-    specs.append((f, _SIG))
-    hot.add(f.__name__)
-    # only the launch's rows' x items made (opt-in since session 44, TENSORFOLD_GEMV3_XLIVE=1), SwiGLU at 1-4 rows
-    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, xl=True)
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the batched completion's fixed unroll (opt-in since session 31, TENSORFOLD_GEMV3_CMPU=4x8; the default picks

@@ -280,46 +280,6 @@ def test_deferred_completion_real_shapes(label, out, inp):
         assert np.array_equal(oa.view(np.uint32), ob.view(np.uint32)), f"{label} R={R}: normed rows"
 
 
-@pytest.mark.parametrize("label,out,inp", [("9B gate/up", 24576, 4096), ("9B down", 4096, 12288),
-                                           ("27B down", 5120, 17408)])
-def test_x_live_rows_real_shapes(label, out, inp, monkeypatch):
-    """``TENSORFOLD_GEMV3_XLIVE=1`` (the x preparation makes only the launch's rows; on the GPU a warp of dead-row
-    items skips them) against ``0`` (the default) on the swept layout at the decode plans, bf16-only x, 1-8 rows: the
-    same bits, plain and (gate | up) with the SwiGLU epilogue; within the oracle's bound on bf16-rounded x."""
-    import dataclasses
-
-    from tensorfold.kernels import qgemv as Q
-    from tensorfold.model import bf16
-
-    cuda = _cuda()
-    bits, group = 4, 64
-    P, S, B = _rand_q(out, inp, bits, group)
-    x = rng.standard_normal((8, inp)).astype(np.float32)
-    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1, sw=1)
-    dev = [Q.sweep_pack_device(*(cuda.to_device(a) for a in (P, S, B)), bits, group, p.u, per=p.per),
-           cuda.to_device(S), cuda.to_device(B)]
-    glu = out % 16 == 0 and out >= 16384
-    if glu:
-        gp = dataclasses.replace(p, sw=2)
-        gW = Q.sweep_pack_device(*(cuda.to_device(a) for a in (P, S, B)), bits, group, p.u, glu=True, per=p.per)
-    got = {}
-    for v in ("0", "1"):
-        monkeypatch.setenv("TENSORFOLD_GEMV3_XLIVE", v)
-        for R in (1, 2, 3, 4, 5, 8):
-            ys = [_run(cuda, dev, x[:R], p, bits, group)]
-            if glu:
-                g = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
-                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
-                Q.launch(gW, dev[1], dev[2], cuda.to_device(x[:R]), g, gp, R, ws=ws, glu=True)
-                ys.append(g.copy_to_host())
-            assert not any(np.isnan(y).any() for y in ys), (label, v, R)
-            got[v, R] = ys
-    for R in (1, 2, 3, 4, 5, 8):
-        for a, b in zip(got["0", R], got["1", R]):
-            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (label, R)
-    _check(got["1", 8][0], *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
-
-
 @pytest.mark.parametrize("label,out,inp", [("2B head", 248320, 2048), ("27B down", 5120, 17408)])
 def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
     """The batched split-K completion's picked-per-warp sets (``TENSORFOLD_GEMV3_CMPU``: ``auto``, the default, 4 x 8

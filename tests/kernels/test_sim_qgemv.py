@@ -628,37 +628,3 @@ def test_l2_prefetch_prologue_same_bits(monkeypatch, glu):
         for e, y in zip("234", ys[1:]):
             assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), f"PRE={e} R={R} blocks={p.blocks}"
     assert not Q.counters().any()
-
-
-@pytest.mark.parametrize("xh,ks", [(1, 1), (1, 2), (0, 2)])
-def test_x_live_rows_same_bits(monkeypatch, xh, ks):
-    """``TENSORFOLD_GEMV3_XLIVE=1`` (the x preparation makes only the launch's rows; the simulator fills the other
-    rows' fragment and group-sum slots with NaN, so a read of one would show) gives the bits of ``0`` (the
-    default: every item of the kernel's 4 or 8 rows, the dead ones zero) at 1, 2, 3, 5 and 8 rows, both kernel forms
-    (1-4 rows: zero lo columns; 5-8 rows: 8 rows an n-tile), bf16-only and hi + lo x, one and two chunks, plain and
-    on the swept layout with the SwiGLU epilogue (the decode form); within ``_ref``'s bound."""
-    bits, group, out, K = 4, 64, 96, 512
-    P, S, B = _case(bits, group, out, K)
-    cg = K // group // ks
-    p = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=4, depth=1, blocks=4, xh=xh)
-    gp = dataclasses.replace(p, sw=2)
-    gW = Q.sweep_pack(P, S, B, bits, group, p.u, glu=True, per=p.per)
-    x = (rng.standard_normal((8, K)) * 3).astype(np.float32)
-    got = {}
-    for v in ("0", "1"):
-        monkeypatch.setenv("TENSORFOLD_GEMV3_XLIVE", v)
-        for R in (1, 2, 3, 5, 8):
-            y = _go(P, S, B, x[:R], p)
-            g = np.full((R, out // 2), np.nan, np.float32)
-            ws = np.full((ks, R, out), np.nan, np.float32)
-            Q.launch(gW, S, B, x[:R], g, gp, R, ws=ws, glu=True)
-            assert not np.isnan(y).any() and not np.isnan(g).any(), (v, R)
-            got[v, R] = (y, g)
-    for R in (1, 2, 3, 5, 8):
-        for a, b in zip(got["0", R], got["1", R]):
-            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), R
-    xr = bf16.to_f32(bf16.from_f32(x)) if xh else x
-    _check(got["1", 8][0], *_ref(xr, P, S, B, bits, group))
-    assert not Q.counters().any()
-    names = [Q.get_pyfunc(bits, group, 1, 2, 1, cg, 4, 1, xl=xl).__name__ for xl in (True, False)]
-    assert names[0].endswith("_xl") and not names[1].endswith("_xl"), names
