@@ -498,7 +498,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = True) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -1075,7 +1075,7 @@ CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))},
 CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
 
 
-def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool = True) -> None:
+def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool = False) -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -1185,13 +1185,13 @@ def _completion_form(a, ind0: str, TR: int, TRo: int, glu: bool, EPL: int, KU: i
         for i in range(EPL):
             for h, dh in halves:
                 for uu in range(KU):
-                    # a round's first partial always exists (k0 < ks). ``cp`` (plain kernels, the default):
-                    # the loads past the last chunk predicated off (they give -0.0, whose add changes no bit);
-                    # else clamped to the last chunk, loaded again and not added (at ks 2, 8 loads an output for
-                    # 2). SwiGLU kernels keep the clamp: predicated, ptxas gave their 5-8-row kernel 235-255
-                    # registers against 190 (session 46).
+                    # a round's first partial always exists (k0 < ks). ``cp`` (plain kernels, opt-in): the
+                    # loads past the last chunk predicated off (they give -0.0, whose add changes no bit); else
+                    # (the default) clamped to the last chunk, loaded again and not added (at ks 2, 8 loads an
+                    # output for 2). SwiGLU kernels always clamp: predicated, ptxas gave their 5-8-row kernel
+                    # 235-255 registers against 190 (session 46).
                     if first and uu == 0:
-                        a(f"{ind}{h}{i}_0 = ld_cg_f32(ws, ad{i} + {dh})")
+                        a(f"{ind}{h}{i}_0 = ld_cg_f32(ws, ad{i} + {dh} + 0 * RO)")
                     elif not cp:
                         a(f"{ind}{h}{i}_{uu} = ld_cg_f32(ws, ad{i} + {dh} + min({k0} + {uu}, ks - 1) * RO)")
                     elif uu == 0:
@@ -1263,7 +1263,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[4:]}" if isinstance(cmpu, str) else
                    f"_v{cmpu[0]}x{cmpu[1]}")
                 + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "")
-                + ("_cc" if not (cp or glu or cmp != 2 or defer) else "") + tag)
+                + ("_cp" if cp else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
                                             glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, cp))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
@@ -1338,11 +1338,12 @@ def xq_on() -> bool:
 
 
 def cpred_on() -> bool:
-    """``TENSORFOLD_GEMV3_CPRED`` (read when a kernel is generated): 1 (the default since session 46) predicates the
-    batched completion's partial loads past the last chunk off in plain kernels; 0 clamps them to the last chunk
-    (loaded again, not added; kernel names ``_cc``), the form before. The same bits either way; SwiGLU kernels
-    always clamp (``_completion_form``)."""
-    return env_choice("TENSORFOLD_GEMV3_CPRED", "1", ("0", "1"), "qgemv completion loads past the last chunk") == "1"
+    """``TENSORFOLD_GEMV3_CPRED`` (read when a kernel is generated): 1 predicates the batched completion's partial
+    loads past the last chunk off in plain kernels (kernel names ``_cp``); 0 (the default) clamps them to the last
+    chunk, loaded again and not added. The same bits either way (simulator tests); SwiGLU kernels always clamp
+    (``_completion_form``). Built in session 46 (at the 2B head, ks 2, a 4 x 8 pass loads 8 partials an output for
+    2; plain 5-8-row kernels 196 -> 162 registers), opt-in: no GPU came to check its bits or time it."""
+    return env_choice("TENSORFOLD_GEMV3_CPRED", "0", ("0", "1"), "qgemv completion loads past the last chunk") == "1"
 
 
 def _xh_on() -> bool:
@@ -1969,6 +1970,13 @@ def _specs():
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
+    # the completion's loads past the last chunk predicated off (opt-in since session 46, TENSORFOLD_GEMV3_CPRED=1),
+    # the 2B head at 1-4 and 5-8 rows
+    ph = plan(248320, 2048, 4, 64)
+    for xm in (1, 2):
+        f = get_pyfunc(4, 64, 1, ph.nw, ph.mt, ph.cg, ph.u, ph.depth, sw=True, xh=xm, cp=True)
+        specs.append((f, _SIG))
+        hot.add(f.__name__)
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

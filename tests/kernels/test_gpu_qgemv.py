@@ -287,8 +287,8 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
     3 and 8 rows: the same bits. At the 2B head (ks 2) a warp walks about 20 tiles and the later chunk's warp
     completes nearly all of them, so the tile positions (searched once a lane, taken by shuffle) span masks of about
     20 set bits and 8 rows make about 2,500 outputs a warp (twenty 4 x 8 passes); the 27B down (ks 17) takes five
-    rounds of 4 partials at 16 x 4. ``auto-cc``: the default set with the partial loads past the last chunk clamped
-    (``TENSORFOLD_GEMV3_CPRED=0``, the form before session 46) instead of predicated off (at ks 2, 6 of a round's 8).
+    rounds of 4 partials at 16 x 4. ``auto-cp``: the default set with the partial loads past the last chunk
+    predicated off (``TENSORFOLD_GEMV3_CPRED=1``, session 46, opt-in) instead of clamped (at ks 2, 6 of a round's 8).
     Within the oracle's bound (float64 on bf16-rounded x) at 8 rows."""
     import dataclasses
 
@@ -304,16 +304,16 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
     dev = [Q.sweep_pack_device(*(cuda.to_device(a) for a in (P, S, B)), bits, group, p.u, per=p.per),
            cuda.to_device(S), cuda.to_device(B)]
     got = {}
-    for v in ("auto", "auto164", "auto88", "auto-cc"):
+    for v in ("auto", "auto164", "auto88", "auto-cp"):
         monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", v.split("-")[0])
-        monkeypatch.setenv("TENSORFOLD_GEMV3_CPRED", "0" if v.endswith("-cc") else "1")
+        monkeypatch.setenv("TENSORFOLD_GEMV3_CPRED", "1" if v.endswith("-cp") else "0")
         for R in (1, 3, 8):
             y = _run(cuda, dev, x[:R], p, bits, group)
             assert not np.isnan(y).any(), (label, v, R)
             got[v, R] = y
     assert not Q.counters().copy_to_host().any(), "arrival counters not back at zero"
     for R in (1, 3, 8):
-        for v in ("auto164", "auto88", "auto-cc"):
+        for v in ("auto164", "auto88", "auto-cp"):
             assert np.array_equal(got["auto", R].view(np.uint32), got[v, R].view(np.uint32)), (label, v, R)
         assert np.array_equal(got["auto", R].view(np.uint32), got["auto", 8][:R].view(np.uint32)), (label, R)
     _check(got["auto", 8], *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))

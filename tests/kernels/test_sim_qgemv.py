@@ -521,9 +521,9 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     if not glu:
         _check(ys[1], *_ref(x, P, S, B, bits, group))
     # other unrolls of the batched completion (elements a lane x partials a round): 16 partials cover the 9 chunks
-    # in one round (plain: the loads past the last predicated off; CPRED=0 and SwiGLU: clamped to the last), 2x8 /
-    # 1x16 take more passes over the outputs: the same bits
-    for cu, cp in (("2x16", "1"), ("2x16", "0"), ("1x16", "1"), ("2x8", "1"), ("auto", "0")):
+    # in one round (CPRED=1, plain: the loads past the last predicated off; the default CPRED=0 and SwiGLU: clamped
+    # to the last), 2x8 / 1x16 take more passes over the outputs: the same bits
+    for cu, cp in (("2x16", "1"), ("2x16", "0"), ("1x16", "1"), ("2x8", "1"), ("auto", "1")):
         y = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": cu,
                                         "TENSORFOLD_GEMV3_CPRED": cp}, P, S, B, x, p, glu)
         assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), (cu, cp)
@@ -535,7 +535,7 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     """The default completion (``TENSORFOLD_GEMV3_CMPU=auto``) picks its unroll per warp from the outputs the warp
     completes: plain 2x16 up to 64, else 4x8; SwiGLU 1x16 up to 32, else 4x8. One warp owns both tiles of a 2-tile
     launch, so 1 / 2 / 3 rows complete 32 / 64 / 96 outputs and every form is taken; 9 chunks make the 16-partial
-    forms predicate off their loads past the last chunk. Each must give the bits of the one-tile-at-a-time completion
+    forms clamp their loads past the last chunk. Each must give the bits of the one-tile-at-a-time completion
     (``CMP=1``), of the fixed 4x8 form and of the opt-in picked sets (``auto164``: 16x4 for many outputs, three
     rounds of 4 partials; ``auto88``: 8x8), and (plain) match float64. A lane's outputs are carried from one to the
     next (tile ordinal and rest, no division) and the tile's position is found by a binary search over the warp's
