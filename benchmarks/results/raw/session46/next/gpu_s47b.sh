@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 46 for session 47: a warm follow-up of gpu_s47a.sh (its synth checkpoints in /tmp/tfm).
-# Issue 3's kernel table (the default completion); the 27B decode A/B CPRED 0 / 1, plus the 27B down at 340 blocks (grid_x 20: every warp 4 (tile,
-# chunk) items, against 396 blocks where 44 of 92 warps a chunk take 4 and the rest 3); the 9B A/B CPRED 0 / 1.
+# Issue 3's kernel table (the default completion); the 27B decode A/B CPRED 0 / 1, plus the 27B down at 340
+# blocks (grid_x 20: every warp 4 (tile, chunk) items, against 396 blocks where 44 of 92 warps a chunk take 4 and
+# the rest 3); the 9B A/B CPRED 0 / 1.
 . benchmarks/_dec.sh
 out_dir s47b
 t0=$SECONDS
