@@ -1091,7 +1091,10 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool 
     ``32 x EPL`` covers ``nel``. At one row a warp completes 1-4 tiles of 16 (SwiGLU: 8) outputs, so 4 elements a
     lane left most lanes idle and loaded 8 partials a round: 9B down (ks 12) took two L2 round trips, 27B down
     (ks 17) three. A head's warp completes about 20-50 tiles, 128 outputs each at eight rows: there the outputs'
-    index arithmetic is the kernel's tail (``_completion_form``), not the passes' round trips (session 45)."""
+    index arithmetic is the kernel's tail (``_completion_form``), not the passes' round trips (session 45).
+
+    ``cp`` (``cpred_on``, opt-in): plain kernels predicate the partial loads past the last chunk off instead of
+    clamping them to it (``_completion_form``)."""
 
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
