@@ -1124,7 +1124,7 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool 
             else:
                 a(f"{ind}else:")
             ind += "    "
-        _completion_form(a, ind, TR, TRo, glu, EPL, KU, cp and not glu)
+        _completion_form(a, ind, TR, TRo, glu, EPL, KU, cp)
 
 
 def _bit_search(a, ind: str, t: str, q: str) -> None:
