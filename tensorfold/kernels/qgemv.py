@@ -1093,8 +1093,8 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool 
     (ks 17) three. A head's warp completes about 20-50 tiles, 128 outputs each at eight rows: there the outputs'
     index arithmetic is the kernel's tail (``_completion_form``), not the passes' round trips (session 45).
 
-    ``cp`` (``cpred_on``, opt-in): plain kernels predicate the partial loads past the last chunk off instead of
-    clamping them to it (``_completion_form``)."""
+    ``cp`` (``cpred_mode``; by default the 1-4-row kernels): plain kernels predicate the partial loads past the
+    last chunk off instead of clamping them to it (``_completion_form``)."""
 
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
@@ -1252,7 +1252,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     if pre >= 2 and not sw:  # the L2 prefetch walks swept runs: MLX-layout kernels keep the default order
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
-    cp = (cpred_on() if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
+    cp = (cpred_for(xh) if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
     cmpu = cmp_unroll() if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
            bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp)
@@ -1340,13 +1340,25 @@ def xq_on() -> bool:
     return env_choice("TENSORFOLD_GEMV3_XQ", "1", ("0", "1"), "qgemv x group sums") == "1"
 
 
-def cpred_on() -> bool:
-    """``TENSORFOLD_GEMV3_CPRED`` (read when a kernel is generated): 1 predicates the batched completion's partial
-    loads past the last chunk off in plain kernels (kernel names ``_cp``); 0 (the default) clamps them to the last
-    chunk, loaded again and not added. The same bits either way (simulator tests); SwiGLU kernels always clamp
-    (``_completion_form``). Built in session 46 (at the 2B head, ks 2, a 4 x 8 pass loads 8 partials an output for
-    2; plain 5-8-row kernels 196 -> 162 registers), opt-in: no GPU came to check its bits or time it."""
-    return env_choice("TENSORFOLD_GEMV3_CPRED", "0", ("0", "1"), "qgemv completion loads past the last chunk") == "1"
+def cpred_mode() -> str:
+    """``TENSORFOLD_GEMV3_CPRED`` (read when a kernel is generated): whether plain kernels' batched completion
+    predicates its partial loads past the last chunk off (kernel names ``_cp``) or clamps them to the last chunk,
+    loaded again and not added. ``auto`` (the default since session 47) predicates them in the 1-4-row bf16-x
+    kernels (``xmode`` 2, names ``_xz``) and clamps them elsewhere; ``1`` predicates them in every plain kernel, ``0``
+    nowhere. The same bits either way (simulator and GPU tests); SwiGLU kernels always clamp (``_completion_form``).
+
+    Measured on an H100 (session 47, one process a geometry, two rounds, tok/s, 0 -> 1): 27B 126.6 / 126.6 ->
+    128.9 / 128.8 at one stream, 695.7 / 696.2 -> 693.4 / 693.2 at eight; 9B 359.1 / 359.1 -> 362.1 / 362.7,
+    2,056.3 / 2,056.2 -> 2,052.7 at eight; 2B a tie. The 2B head's own time did not move (108.2 / 139.9 µs at 1 / 8
+    rows either way). ``auto`` takes the one-stream side."""
+    return env_choice("TENSORFOLD_GEMV3_CPRED", "auto", ("0", "1", "auto"),
+                      "qgemv completion loads past the last chunk")
+
+
+def cpred_for(xh: int) -> bool:
+    """Whether a plain kernel of x form ``xh`` (``xmode``) predicates its completion loads (``cpred_mode``)."""
+    m = cpred_mode()
+    return m == "1" or (m == "auto" and int(xh) == 2)
 
 
 def _xh_on() -> bool:
@@ -1365,7 +1377,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
            sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None,
-           cpred_on())
+           cpred_mode())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -1973,13 +1985,15 @@ def _specs():
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), _SIG))
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
-    # the completion's loads past the last chunk predicated off (opt-in since session 46, TENSORFOLD_GEMV3_CPRED=1),
-    # the 2B head at 1-4 and 5-8 rows
+    # the completion's loads past the last chunk predicated off at 5-8 rows (TENSORFOLD_GEMV3_CPRED=1; the 1-4-row
+    # kernels above predicate them by default) and clamped at 1-4 rows (CPRED=0), the 2B head
     ph = plan(248320, 2048, 4, 64)
-    for xm in (1, 2):
-        f = get_pyfunc(4, 64, 1, ph.nw, ph.mt, ph.cg, ph.u, ph.depth, sw=True, xh=xm, cp=True)
-        specs.append((f, _SIG))
-        hot.add(f.__name__)
+    for xm, cp in ((1, True), (2, False)):
+        f = get_pyfunc(4, 64, 1, ph.nw, ph.mt, ph.cg, ph.u, ph.depth, sw=True, xh=xm, cp=cp)
+        if f.__name__ not in seen:
+            seen.add(f.__name__)
+            specs.append((f, _SIG))
+            hot.add(f.__name__)
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
     specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))

@@ -23,11 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (module, kernel, what a GEMV issues before its wait: "ld" a weight load, "pf" an L2 prefetch of weights, "" none
 # checked). qgemv's names carry its default switches: "_q" the quad group sums (TENSORFOLD_GEMV3_XQ), "_e2" x first
 # with the first tile's weights prefetched into L2 (TENSORFOLD_GEMV3_PRE=2, swept plans; the MLX-layout kernel keeps
-# its register loads before the wait); "_sw_xz" the swept 1-4-row bf16-x form that one-stream decode launches.
+# its register loads before the wait); "_sw_xz" the swept 1-4-row bf16-x form that one-stream decode launches;
+# "_cp" its completion loads past the last chunk predicated off (TENSORFOLD_GEMV3_CPRED=auto: 1-4-row plain kernels).
 SAMPLE = (("activations", "silu_mul_fused_k", ""), ("norms", "add_rms_norm_v4", ""),
           ("affine", "qgemv_tc_b4_g64_n1_w4_m2_u4_bf16_p", "ld"),
           ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_q_va", "ld"),
-          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xz_e2_q", "pf"),
+          ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xz_e2_q_va_cp", "pf"),
           ("qgemv", "qgemv3_b4_g64_n1_w4_m1_c16_u4_d1_sw_xh_e2_q_va", "pf"),
           ("delta_rule", "gdn_fused_step", ""), ("attention", "attn_partials_bf16_g4", ""),
           ("sample", "amax_k", ""))

@@ -288,7 +288,8 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
     completes nearly all of them, so the tile positions (searched once a lane, taken by shuffle) span masks of about
     20 set bits and 8 rows make about 2,500 outputs a warp (twenty 4 x 8 passes); the 27B down (ks 17) takes five
     rounds of 4 partials at 16 x 4. ``auto-cp``: the default set with the partial loads past the last chunk
-    predicated off (``TENSORFOLD_GEMV3_CPRED=1``, session 46, opt-in) instead of clamped (at ks 2, 6 of a round's 8).
+    predicated off in every plain kernel (``TENSORFOLD_GEMV3_CPRED=1``; the default ``auto`` does it at 1-4 rows
+    only; "auto" here sets ``0``) instead of clamped (at ks 2, 6 of a round's 8).
     Within the oracle's bound (float64 on bf16-rounded x) at 8 rows."""
     import dataclasses
 

@@ -530,6 +530,38 @@ def test_batched_completion_same_bits(monkeypatch, glu):
     assert not Q.counters().any()
 
 
+def test_completion_loads_predicated_at_one_to_four_rows(monkeypatch):
+    """``TENSORFOLD_GEMV3_CPRED=auto`` (the default since session 47): the plain 1-4-row bf16-x kernels (x form 2)
+    predicate the completion's loads past the last chunk off, the 5-8-row ones (form 1), hi + lo x (form 0) and
+    SwiGLU kernels clamp them; ``1`` predicates every plain kernel's, ``0`` none. Launches of 1, 3, 5 and 8 rows over
+    9 chunks (16-partial rounds: 7 loads past the last chunk) give the same bits under all three settings and
+    match float64."""
+    monkeypatch.delenv("TENSORFOLD_GEMV3_CPRED", raising=False)
+    assert Q.cpred_mode() == "auto"
+
+    def named(glu, xh):
+        return Q.get_pyfunc(4, 32, 1, 1, 1, 1, 1, 1, glu=glu, xh=xh).__name__.endswith("_cp")
+
+    assert [named(False, xh) for xh in (0, 1, 2)] == [False, False, True]
+    assert not named(True, 2)
+    for mode, want in (("1", [True, True, True]), ("0", [False, False, False])):
+        monkeypatch.setenv("TENSORFOLD_GEMV3_CPRED", mode)
+        assert [named(False, xh) for xh in (0, 1, 2)] == want, mode
+        assert not named(True, 2), mode
+    bits, group, K, out = 4, 32, 288, 48
+    P, S, B = _case(bits, group, out, K)
+    p = Q.V3Plan(out, K, bits, group, nw=1, mt=1, cg=1, u=1, depth=1, blocks=2, xh=1)
+    assert p.ks == 9
+    xs = (rng.standard_normal((8, K)) * 3).astype(np.float32)
+    for R in (1, 3, 5, 8):
+        ys = [_launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CPRED": m, "TENSORFOLD_GEMV3_CMPU": "2x16"}, P, S, B,
+                            xs[:R], p, False) for m in ("auto", "0", "1")]
+        for y in ys[1:]:
+            assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), R
+        _check(ys[0], *_ref(bf16.to_f32(bf16.from_f32(xs[:R])), P, S, B, bits, group))
+    assert not Q.counters().any()
+
+
 @pytest.mark.parametrize("glu", [False, True])
 def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     """The default completion (``TENSORFOLD_GEMV3_CMPU=auto``) picks its unroll per warp from the outputs the warp
