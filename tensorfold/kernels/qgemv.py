@@ -1350,7 +1350,8 @@ def cpred_mode() -> str:
     Measured on an H100 (session 47, one process a geometry, two rounds, tok/s, 0 -> 1): 27B 126.6 / 126.6 ->
     128.9 / 128.8 at one stream, 695.7 / 696.2 -> 693.4 / 693.2 at eight; 9B 359.1 / 359.1 -> 362.1 / 362.7,
     2,056.3 / 2,056.2 -> 2,052.7 at eight; 2B a tie. The 2B head's own time did not move (108.2 / 139.9 µs at 1 / 8
-    rows either way). ``auto`` takes the one-stream side."""
+    rows either way). ``auto`` takes the one-stream side: 0 -> auto, 27B 126.5 / 126.6 -> 129.3 / 129.3 at one
+    stream, 9B 358.4 / 358.3 -> 361.9 / 362.2; eight streams a tie (same call)."""
     return env_choice("TENSORFOLD_GEMV3_CPRED", "auto", ("0", "1", "auto"),
                       "qgemv completion loads past the last chunk")
 
