@@ -9,6 +9,8 @@ What it does
   ``graph.launch(stream); stream.sync()``, median of 5 replays, divided by the launches per graph). If capture
   fails it falls back to timing back-to-back launches (then Python dispatch is included) and says so per row.
 - Weights are rotated over enough copies (>= 256 MB in total) that replays cannot run out of the 50 MB L2.
+- ``--pdl``: the graph is built with programmatic dependent launch for PDL-aware kernels, as the runtime's decode
+  graphs are (each launch's first weight loads overlap the previous launch's tail); rows say ``graph+pdl``.
 - Reports time, bytes moved (weights + scales + activations in and out), GB/s and % of the copy rate, TFLOP/s for
   GEMMs, and a peer time (torch bf16 ``matmul`` at the same shape, same rotation, CUDA events) where given.
 - Writes ``kernels_<UTC date>.md`` and ``.json`` (commit hash, GPU name, command) into ``--out``.
@@ -85,6 +87,9 @@ SHAPES = {  # (hidden, intermediate, vocab)
     "27B": (5120, 17408, 248320),
 }
 L2_DEFEAT_BYTES = 256 << 20
+# --pdl: the graphs are built with programmatic dependent launch for aware kernels (``kernels._pdl.scope``), as the
+# runtime's decode graphs are, so a launch's first weight loads overlap the previous launch's tail
+PDL = [False]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -159,10 +164,14 @@ def time_case(case: Case, ctx):
         dev = Device()
         dev.set_current()
         stream = dev.create_stream()
+        from tensorfold.kernels import _pdl
+
         gb = dev.create_graph_builder()
         gb.begin_building()
-        for i in range(n):
-            case.launches[i % len(case.launches)](gb)
+        with _pdl.scope(PDL[0]):
+            pdl = _pdl.active()
+            for i in range(n):
+                case.launches[i % len(case.launches)](gb)
         graph = gb.end_building().complete()
         graph.launch(stream)
         stream.sync()
@@ -172,7 +181,7 @@ def time_case(case: Case, ctx):
             graph.launch(stream)
             stream.sync()
             ts.append((time.perf_counter() - t0) / n)
-        return statistics.median(ts), "graph"
+        return statistics.median(ts), "graph+pdl" if pdl else "graph"
     except Exception as e:  # noqa: BLE001
         case.notes += f" graph capture failed ({type(e).__name__}: {str(e)[:120]}); timed back-to-back launches"
         ts = []
@@ -514,8 +523,11 @@ def main(argv=None):
     ap.add_argument("--no-b", action="store_true", help="skip part B's entries (benchmarks/bench_kernels_b.py)")
     ap.add_argument("--variants", default="", help="comma list of GEMV variants for the affine group (default: every "
                     "TC_VARIANTS entry and the CUDA-core kernel; x-staged ones only when named here)")
+    ap.add_argument("--pdl", action="store_true", help="build each case's graph with PDL for aware kernels (the "
+                    "runtime's decode graphs do); the timing column says graph+pdl where it took effect")
     args = ap.parse_args(argv)
     GEMV_VARIANTS[:] = [v for v in args.variants.split(",") if v]
+    PDL[0] = args.pdl
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
     kb = None
     if not args.no_b:
