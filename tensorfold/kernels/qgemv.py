@@ -1068,10 +1068,14 @@ CMP_AUTO = "auto"  # the form picked per warp at run time (the default since ses
 # 4: 64 partials in flight a lane, a quarter of the passes) and ``auto88`` (8 x 8). On the H100 (call 4, with the
 # division-free indexing of all three) 16 x 4 was slower at every measured case (2B head at 8 rows 151.2 vs 139.3 µs,
 # 27B down at 8 rows 73.5 vs 36.5; the passes' round trips were not the cost) and doubled the plain kernels' compile
-# time (front end 27 s against 13-16); 8 x 8 was not timed.
+# time (front end 27 s against 13-16); 8 x 8 was not timed. ``autog18`` (session 47, opt-in, untimed): SwiGLU warps
+# of up to 32 outputs take 1 x 8 instead of 1 x 16. At one row the 9B / 27B gate | up (ks 4 / 5) loaded 32 partials
+# an output (gate and up, 16 each, clamped to the last chunk) for 8 / 10; predicating them off as the plain 1-4-row
+# kernels do (``cpred_mode``) took the SwiGLU kernel to 255 registers with spills (146 clamped), 1 x 8 stays at 147.
 CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))},
                  "auto164": {False: ((2, 16), (16, 4)), True: ((1, 16), (4, 8))},
-                 "auto88": {False: ((2, 16), (8, 8)), True: ((1, 16), (4, 8))}}
+                 "auto88": {False: ((2, 16), (8, 8)), True: ((1, 16), (4, 8))},
+                 "autog18": {False: ((2, 16), (4, 8)), True: ((1, 8), (4, 8))}}
 CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
 
 
@@ -1303,7 +1307,7 @@ def cmp_unroll():
     default since session 31, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes
     (plain: 2x16 up to 64, else 4x8; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); ``auto164`` / ``auto88``
     take 16x4 / 8x8 for plain warps past 64 outputs (session 45, opt-in: ``CMP_AUTO_SETS``; kernel names ``_v164``
-    / ``_v88``); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form,
+    / ``_v88``); ``autog18`` 1x8 for SwiGLU warps up to 32 outputs (session 47, opt-in, ``_vg18``); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form,
     ``4x8`` the only one before session 31. The adds stay in chunk order: the same bits.
 
     Measured on the H200 (session 31, call 1; µs at one row, under PDL, plain / SwiGLU): 9B down 4x8 13.9 / 14.7,
@@ -1959,6 +1963,11 @@ def _specs():
     # it per warp) at the 9B down, 1-4 rows
     pd = plan(4096, 12288, 4, 64)
     f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(4, 8))
+    specs.append((f, _SIG))
+    hot.add(f.__name__)
+    # SwiGLU warps of up to 32 outputs at 1 x 8 (opt-in since session 47, TENSORFOLD_GEMV3_CMPU=autog18), 9B gate+up,
+    # 1-4 rows
+    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, cmpu="autog18")
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows

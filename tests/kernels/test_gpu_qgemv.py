@@ -318,3 +318,49 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
             assert np.array_equal(got["auto", R].view(np.uint32), got[v, R].view(np.uint32)), (label, v, R)
         assert np.array_equal(got["auto", R].view(np.uint32), got["auto", 8][:R].view(np.uint32)), (label, R)
     _check(got["auto", 8], *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
+
+
+@pytest.mark.parametrize("label,out,inp", [("9B gate|up", 24576, 4096), ("27B gate|up", 34816, 5120)])
+def test_swiglu_completion_sets(label, out, inp, monkeypatch):
+    """The SwiGLU epilogue's completion at the real gate | up shapes (swept layout with gate / up rows paired, bf16
+    x, the decode plan, ks 4 / 5): the default picked set (1 x 16 for warps of up to 32 outputs, clamped: 32 loads
+    an output for 8 / 10 partials at one row), the opt-in ``autog18`` (1 x 8, session 47) and the one-tile-at-a-time
+    completion (``TENSORFOLD_GEMV3_CMP=1``) give the same bits at 1, 3 and 8 rows. Oracle at 8 rows: float64
+    silu(g) * u on bf16-rounded x, g and u from the float64 GEMV (output j: gate row j, up row out / 2 + j), within the GEMV's bound carried through silu (slope at most 1.1) and the product, plus
+    1e-6 relative for the float32 epilogue."""
+    import dataclasses
+
+    from tensorfold.kernels import affine as A
+    from tensorfold.kernels import qgemv as Q
+    from tensorfold.model import bf16
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((8, inp)).astype(np.float32)
+    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1, sw=2)
+    assert p.ks > 1 and A.glu_ok(p, out)
+    dS, dB = cuda.to_device(S), cuda.to_device(B)
+    gW = Q.sweep_pack_device(cuda.to_device(P), dS, dB, bits, group, p.u, glu=True, per=p.per)
+    got = {}
+    for cmp, cu in (("2", "auto"), ("2", "autog18"), ("1", "auto")):
+        monkeypatch.setenv("TENSORFOLD_GEMV3_CMP", cmp)
+        monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", cu)
+        for R in (1, 3, 8):
+            y = cuda.to_device(np.full((R, out // 2), np.nan, np.float32))
+            ws = cuda.device_array((p.ks, R, out), np.float32)
+            Q.launch(gW, dS, dB, cuda.to_device(x[:R]), y, p, R, ws=ws, glu=True)
+            got[cmp + cu, R] = y.copy_to_host()
+            assert not np.isnan(got[cmp + cu, R]).any(), (label, cmp, cu, R)
+    assert not Q.counters().copy_to_host().any(), "arrival counters not back at zero"
+    for R in (1, 3, 8):
+        for k in ("2autog18", "1auto"):
+            assert np.array_equal(got["2auto", R].view(np.uint32), got[k, R].view(np.uint32)), (label, k, R)
+    ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
+    h = out // 2  # output j: gate row j, up row h + j (``qgemv.glu_rows``)
+    g, u, bg, bu = ref[:, :h], ref[:, h:], 3e-5 * bound[:, :h], 3e-5 * bound[:, h:]
+    sg = g / (1 + np.exp(-g))
+    want = sg * u
+    lim = 1.1 * bg * (np.abs(u) + bu) + np.abs(sg) * bu + 1e-6 * np.abs(want) + 1e-30
+    err = np.abs(got["2auto", 8] - want)
+    assert (err <= lim).all(), f"{label}: max err / bound {(err / lim).max():.2e}"

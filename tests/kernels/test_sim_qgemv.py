@@ -568,8 +568,9 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     completes: plain 2x16 up to 64, else 4x8; SwiGLU 1x16 up to 32, else 4x8. One warp owns both tiles of a 2-tile
     launch, so 1 / 2 / 3 rows complete 32 / 64 / 96 outputs and every form is taken; 9 chunks make the 16-partial
     forms clamp their loads past the last chunk. Each must give the bits of the one-tile-at-a-time completion
-    (``CMP=1``), of the fixed 4x8 form and of the opt-in picked sets (``auto164``: 16x4 for many outputs, three
-    rounds of 4 partials; ``auto88``: 8x8), and (plain) match float64. A lane's outputs are carried from one to the
+    (``CMP=1``), of the fixed 4x8 form and of the opt-in picked sets (plain: ``auto164``, 16x4 for many outputs,
+    three rounds of 4 partials; ``auto88``, 8x8; SwiGLU: ``autog18``, 1x8 up to 32 outputs, two rounds of the 9
+    chunks, the second clamping 7 of its 8), and (plain) match float64. A lane's outputs are carried from one to the
     next (tile ordinal and rest, no division) and the tile's position is found by a binary search over the warp's
     mask of completed tiles; a launch of 8 tiles, all completed by the one warp at 3 rows (384 outputs: three 4x8
     passes; one 16x4 pass whose last 128 outputs are past the end, clamped), checks both past the first two
@@ -594,10 +595,10 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
         assert np.array_equal(y48.view(np.uint32), ya.view(np.uint32)), R
         if not glu:
             _check(ya, *_ref(x, P, S, B, bits, group))
-            for cu in ("auto164", "auto88"):
-                yo = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": cu}, P, S, B,
-                                   x, p, glu)
-                assert np.array_equal(y1.view(np.uint32), yo.view(np.uint32)), (R, cu)
+        for cu in ("autog18",) if glu else ("auto164", "auto88"):
+            yo = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": cu}, P, S, B,
+                               x, p, glu)
+            assert np.array_equal(y1.view(np.uint32), yo.view(np.uint32)), (R, cu)
     assert picked == set(forms)
     assert not Q.counters().any()
     if glu:
