@@ -1307,8 +1307,9 @@ def cmp_unroll():
     default since session 31, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes
     (plain: 2x16 up to 64, else 4x8; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); ``auto164`` / ``auto88``
     take 16x4 / 8x8 for plain warps past 64 outputs (session 45, opt-in: ``CMP_AUTO_SETS``; kernel names ``_v164``
-    / ``_v88``); ``autog18`` 1x8 for SwiGLU warps up to 32 outputs (session 47, opt-in, ``_vg18``); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form,
-    ``4x8`` the only one before session 31. The adds stay in chunk order: the same bits.
+    / ``_v88``); ``autog18`` 1x8 for SwiGLU warps up to 32 outputs (session 47, opt-in, ``_vg18``); a fixed
+    ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form, ``4x8`` the only
+    one before session 31. The adds stay in chunk order: the same bits.
 
     Measured on the H200 (session 31, call 1; µs at one row, under PDL, plain / SwiGLU): 9B down 4x8 13.9 / 14.7,
     2x16 12.8 / 13.1, 1x16 12.7 / 12.8; 27B down 21.1 / 21.5, 20.1 / 20.9, 21.0 / 20.0; 9B gate+up SwiGLU 22.7,

@@ -326,8 +326,9 @@ def test_swiglu_completion_sets(label, out, inp, monkeypatch):
     x, the decode plan, ks 4 / 5): the default picked set (1 x 16 for warps of up to 32 outputs, clamped: 32 loads
     an output for 8 / 10 partials at one row), the opt-in ``autog18`` (1 x 8, session 47) and the one-tile-at-a-time
     completion (``TENSORFOLD_GEMV3_CMP=1``) give the same bits at 1, 3 and 8 rows. Oracle at 8 rows: float64
-    silu(g) * u on bf16-rounded x, g and u from the float64 GEMV (output j: gate row j, up row out / 2 + j), within the GEMV's bound carried through silu (slope at most 1.1) and the product, plus
-    1e-6 relative for the float32 epilogue."""
+    silu(g) * u on bf16-rounded x, g and u from the float64 GEMV (output j: gate row j, up row out / 2 + j), within
+    the GEMV's bound carried through silu (slope at most 1.1) and the product, plus 1e-6 relative for the float32
+    epilogue."""
     import dataclasses
 
     from tensorfold.kernels import affine as A
