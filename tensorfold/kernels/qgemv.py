@@ -1077,6 +1077,12 @@ CMP_AUTO_SETS = {CMP_AUTO: {False: ((2, 16), (4, 8)), True: ((1, 16), (4, 8))},
                  "auto88": {False: ((2, 16), (8, 8)), True: ((1, 16), (4, 8))},
                  "autog18": {False: ((2, 16), (4, 8)), True: ((1, 8), (4, 8))}}
 CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
+# Under the default ``auto`` (``unroll_for``), SwiGLU launches of at most this many K chunks take ``autog18``'s set
+# (session 48, H200, one process, two rounds, tok/s at 1 / 8 streams, auto -> autog18 everywhere): 9B (gate | up
+# ks 4) 404.3 / 403.7 -> 406.7 / 407.0, 2,220.9 / 2,220.3 -> 2,222.1 / 2,221.0; 27B (ks 5) 150.1 / 150.0 -> 149.7 /
+# 149.6, 786.9 / 786.9 -> 787.1 / 787.4. The 27B loss is not explained (1 x 8 is one round of its 5 chunks too): the
+# rule keeps what was measured.
+GLU_G18_KS = 4
 
 
 def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool = False) -> None:
@@ -1257,7 +1263,7 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
     cp = (cpred_for(xh) if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
-    cmpu = cmp_unroll() if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
+    cmpu = unroll_for(False, 0) if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
            bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp)
     if key not in _KCACHE:
@@ -1307,20 +1313,33 @@ def cmp_unroll():
     default since session 31, ``CMP_AUTO``) picks it per warp at run time from the outputs the warp completes
     (plain: 2x16 up to 64, else 4x8; SwiGLU: 1x16 up to 32, else 4x8; ``CMP_AUTO_FORMS``); ``auto164`` / ``auto88``
     take 16x4 / 8x8 for plain warps past 64 outputs (session 45, opt-in: ``CMP_AUTO_SETS``; kernel names ``_v164``
-    / ``_v88``); ``autog18`` 1x8 for SwiGLU warps up to 32 outputs (session 47, opt-in, ``_vg18``); a fixed
-    ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round) forces one form, ``4x8`` the only
-    one before session 31. The adds stay in chunk order: the same bits.
+    / ``_v88``); ``autog18`` 1x8 for SwiGLU warps up to 32 outputs (session 47, ``_vg18``; since session 48 what
+    ``auto`` gives SwiGLU launches of at most ``GLU_G18_KS`` chunks, ``unroll_for``; ``auto31`` keeps session
+    31's sets everywhere); a fixed ``EPLxKU`` (elements a lane sums at once x chunk partials it loads a round)
+    forces one form, ``4x8`` the only one before session 31. The adds stay in chunk order: the same bits.
 
     Measured on the H200 (session 31, call 1; µs at one row, under PDL, plain / SwiGLU): 9B down 4x8 13.9 / 14.7,
     2x16 12.8 / 13.1, 1x16 12.7 / 12.8; 27B down 21.1 / 21.5, 20.1 / 20.9, 21.0 / 20.0; 9B gate+up SwiGLU 22.7,
     22.7, 20.1; 27B gate+up SwiGLU 32.5, 33.1, 33.0. At eight rows 2x16 / 1x16 were slower (27B down 32.6 ->
     35.3 / 40.8). 27B decode with 2x16 everywhere: 146.2 -> 147.9 tok/s at one stream, 766.6 -> 745.0 at eight."""
-    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO, (*CMP_AUTO_SETS, "4x8", "2x16", "1x16", "4x16", "2x8", "1x32"),
-                   "qgemv completion unroll")
-    if v in CMP_AUTO_SETS:
+    v = env_choice("TENSORFOLD_GEMV3_CMPU", CMP_AUTO,
+                   (*CMP_AUTO_SETS, "auto31", "4x8", "2x16", "1x16", "4x16", "2x8", "1x32"), "qgemv completion unroll")
+    if v in CMP_AUTO_SETS or v == "auto31":
         return v
     e, k = v.split("x")
     return int(e), int(k)
+
+
+def unroll_for(glu: bool, ks: int):
+    """The completion unroll a launch of ``ks`` K chunks takes (``get_kernel``'s ``cmpu``), from ``cmp_unroll``:
+    under ``auto`` (the default) SwiGLU launches of at most ``GLU_G18_KS`` chunks take ``autog18``'s set (1 x 8 for
+    warps of up to 32 outputs: at one row the 9B gate | up, ks 4, loads 16 partials an output instead of 32), the
+    others ``CMP_AUTO``'s; ``auto31`` is ``CMP_AUTO``'s set everywhere (the default of sessions 31-47). Any other
+    setting is taken as it is. Which partials are loaded only: the same bits."""
+    v = cmp_unroll()
+    if v == "auto31":
+        return CMP_AUTO
+    return "autog18" if v == CMP_AUTO and glu and ks <= GLU_G18_KS else v
 
 
 def pre_mode() -> int:
@@ -1378,11 +1397,14 @@ def _lb_on() -> bool:
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False, xh=0, defer=False, nrm=None):
+               sw=False, xh=0, defer=False, nrm=None, cmpu=None):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
-    peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90)."""
+    peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90).
+    ``cmpu``: the completion unroll (``unroll_for``; default: ``cmp_unroll``'s setting for a launch of unknown
+    ``ks``)."""
+    cmpu = unroll_for(False, 0) if cmpu is None else cmpu
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
-           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmp_unroll(), tuple(nrm) if nrm else None,
+           sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmpu, tuple(nrm) if nrm else None,
            cpred_mode())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
@@ -1394,7 +1416,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc(), sw, xh, defer, nrm=nrm), **kw)
+                                              tag, _noc(), sw, xh, defer, cmpu=cmpu, nrm=nrm), **kw)
     return _KCACHE[key]
 
 
@@ -1884,7 +1906,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         else:
             xm, st = xmode(n, p.xh), p.stages_for(nt)
             k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
-                           sw=bool(p.sw), xh=xm, defer=defer, nrm=nrm)
+                           sw=bool(p.sw), xh=xm, defer=defer, nrm=nrm, cmpu=unroll_for(glu, p.ks))
             gx, tpb = p.grid_x(nt), p.tpb
             dyn = xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0
         cfg = k[(gx, p.ks), tpb, stream, dyn]
@@ -1966,11 +1988,13 @@ def _specs():
     f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(4, 8))
     specs.append((f, _SIG))
     hot.add(f.__name__)
-    # SwiGLU warps of up to 32 outputs at 1 x 8 (opt-in since session 47, TENSORFOLD_GEMV3_CMPU=autog18), 9B gate+up,
-    # 1-4 rows
-    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, cmpu="autog18")
-    specs.append((f, _SIG))
-    hot.add(f.__name__)
+    # SwiGLU warps of up to 32 outputs at 1 x 8 (``autog18``: the default's set at 9B gate+up, ks 4, since session
+    # 48, ``unroll_for``), 1-4 and 5-8 rows
+    for xm in (1, 2):
+        f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
+                       cmpu=unroll_for(True, p.ks))
+        specs.append((f, _SIG))
+        hot.add(f.__name__)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)
@@ -1987,7 +2011,7 @@ def _specs():
                           (248320, 5120, False)):
         pn = plan(out, inp, 4, 64)
         f = get_pyfunc(4, 64, 1, pn.nw, pn.mt, pn.cg, pn.u, pn.depth, glu=glu, sw=True, xh=xmode(1, pn.xh),
-                       nrm=norms.norm_v_geometry(inp, False))
+                       nrm=norms.norm_v_geometry(inp, False), cmpu=unroll_for(glu, pn.ks))
         if f.__name__ not in seen:
             seen.add(f.__name__)
             specs.append((f, sig_n))

@@ -323,8 +323,9 @@ def test_completion_forms_many_tiles(label, out, inp, monkeypatch):
 @pytest.mark.parametrize("label,out,inp", [("9B gate|up", 24576, 4096), ("27B gate|up", 34816, 5120)])
 def test_swiglu_completion_sets(label, out, inp, monkeypatch):
     """The SwiGLU epilogue's completion at the real gate | up shapes (swept layout with gate / up rows paired, bf16
-    x, the decode plan, ks 4 / 5): the default picked set (1 x 16 for warps of up to 32 outputs, clamped: 32 loads
-    an output for 8 / 10 partials at one row), the opt-in ``autog18`` (1 x 8, session 47) and the one-tile-at-a-time
+    x, the decode plan, ks 4 / 5): session 31's picked set (``auto31``: 1 x 16 for warps of up to 32 outputs,
+    clamped: 32 loads an output for 8 / 10 partials at one row), ``autog18`` (1 x 8, session 47), the default
+    (``auto``: ``autog18``'s set at ks 4, session 31's at ks 5, ``qgemv.unroll_for``) and the one-tile-at-a-time
     completion (``TENSORFOLD_GEMV3_CMP=1``) give the same bits at 1, 3 and 8 rows. Oracle at 8 rows: float64
     silu(g) * u on bf16-rounded x, g and u from the float64 GEMV (output j: gate row j, up row out / 2 + j), within
     the GEMV's bound carried through silu (slope at most 1.1) and the product, plus 1e-6 relative for the float32
@@ -344,7 +345,7 @@ def test_swiglu_completion_sets(label, out, inp, monkeypatch):
     dS, dB = cuda.to_device(S), cuda.to_device(B)
     gW = Q.sweep_pack_device(cuda.to_device(P), dS, dB, bits, group, p.u, glu=True, per=p.per)
     got = {}
-    for cmp, cu in (("2", "auto"), ("2", "autog18"), ("1", "auto")):
+    for cmp, cu in (("2", "auto31"), ("2", "auto"), ("2", "autog18"), ("1", "auto31")):
         monkeypatch.setenv("TENSORFOLD_GEMV3_CMP", cmp)
         monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", cu)
         for R in (1, 3, 8):
@@ -355,7 +356,7 @@ def test_swiglu_completion_sets(label, out, inp, monkeypatch):
             assert not np.isnan(got[cmp + cu, R]).any(), (label, cmp, cu, R)
     assert not Q.counters().copy_to_host().any(), "arrival counters not back at zero"
     for R in (1, 3, 8):
-        for k in ("2autog18", "1auto"):
+        for k in ("2auto31", "2autog18", "1auto31"):
             assert np.array_equal(got["2auto", R].view(np.uint32), got[k, R].view(np.uint32)), (label, k, R)
     ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
     h = out // 2  # output j: gate row j, up row h + j (``qgemv.glu_rows``)

@@ -617,6 +617,50 @@ def test_completion_unroll_picked_per_warp(monkeypatch, glu):
     assert not Q.counters().any()
 
 
+def test_swiglu_unroll_by_chunk_count(monkeypatch):
+    """Under the default ``TENSORFOLD_GEMV3_CMPU=auto`` a SwiGLU launch of at most ``GLU_G18_KS`` K chunks takes
+    ``autog18``'s set (1 x 8 partials a round for warps of up to 32 outputs), longer ones and plain launches
+    ``CMP_AUTO``'s; ``auto31`` is ``CMP_AUTO``'s everywhere; a fixed form is taken as it is. The launches pass the
+    choice to ``get_kernel`` (recorded here), and a 3-chunk SwiGLU launch at 1 and 3 rows gives the bits of
+    ``auto31`` and of the one-tile-at-a-time completion (``CMP=1``)."""
+    monkeypatch.delenv("TENSORFOLD_GEMV3_CMPU", raising=False)
+    assert Q.GLU_G18_KS == 4
+    assert [Q.unroll_for(True, ks) for ks in (2, 4, 5, 17)] == ["autog18", "autog18", "auto", "auto"]
+    assert [Q.unroll_for(False, ks) for ks in (2, 4, 12)] == ["auto"] * 3
+    monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", "auto31")
+    assert {Q.unroll_for(g, ks) for g in (False, True) for ks in (2, 4, 9)} == {"auto"}
+    monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", "2x16")
+    assert Q.unroll_for(True, 2) == (2, 16)
+    monkeypatch.setenv("TENSORFOLD_GEMV3_CMPU", "autog18")
+    assert Q.unroll_for(True, 9) == "autog18" and Q.unroll_for(False, 2) == "autog18"
+    monkeypatch.delenv("TENSORFOLD_GEMV3_CMPU")
+
+    taken, real = [], Q.get_kernel
+
+    def spy(*a, **kw):
+        taken.append((kw.get("glu"), kw.get("cmpu")))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(Q, "get_kernel", spy)
+    bits, group, K, out = 4, 32, 96, 64  # 3 chunks of one group; 32 gate / up pairs in 2 tiles of 32 rows
+    P, S, B = _case(bits, group, out, K)
+    p = Q.V3Plan(out, K, bits, group, nw=1, mt=2, cg=1, u=1, depth=1, blocks=1)
+    assert p.ks == 3
+    for R in (1, 3):
+        x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
+        taken.clear()
+        yd = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_CMPU": "auto"}, P, S, B, x,
+                           p, True)
+        assert taken == [(True, "autog18")], taken
+        taken.clear()
+        yo = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMPU": "auto31"}, P, S, B, x, p, True)
+        assert taken == [(True, "auto")], taken
+        y1 = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "1"}, P, S, B, x, p, True)
+        assert np.array_equal(yd.view(np.uint32), yo.view(np.uint32)), R
+        assert np.array_equal(yd.view(np.uint32), y1.view(np.uint32)), R
+    assert not Q.counters().any()
+
+
 @pytest.mark.parametrize("xh", [0, 1])
 def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
     """``TENSORFOLD_GEMV3_PRE=0`` (the first weight loads issued after x's, the x batches unrolled) gives the bits
