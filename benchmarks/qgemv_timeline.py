@@ -117,10 +117,11 @@ def build(p, glu: bool, rows: int = 1):
     assert nt == 1, "the timeline takes one-n-tile launches (bf16-only x, at most 8 rows)"
     cu = Q.unroll_for(glu, p.ks)  # the unroll and the predicated loads the runtime's launch takes
     cp = Q.cpred_for(xm) and not glu and Q.cmp_mode() == 2
+    rl = Q.rst_mode() == "late"
     name = (f"tlq_{p.out}x{p.inp}_{int(glu)}_r{rows}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
-            f"_v{_cu_tag(cu)}{'_cp' if cp else ''}")
+            f"_v{_cu_tag(cu)}{'_cp' if cp else ''}{'' if rl else '_re'}")
     src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
-                        True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on(), cu, None, cp)
+                        True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on(), cu, None, cp, rl)
     src = single_assignment(instrument(src, p.nw))
     glb = {k: getattr(Q, k) for k in ("mma_bf16", "pack_bf16x2", "split_bf16x2", "bf16_to_f32", "_bf_hi", "ld_w1",
                                       "ld_w2", "ld_w4", "ld_cg_f32", "ld_cg_f32_if", "ldg_f32x4_2d", "andor_m4",

@@ -498,7 +498,7 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = False) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = False, rl: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -999,7 +999,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
         return "\n".join(L) + "\n"
     if cmp == 2:
-        _completion_batched(a, TR, glu, cmpu, cp)
+        _completion_batched(a, TR, glu, cmpu, cp, rl)
         return "\n".join(L) + "\n"
     _arrivals(a)
     # lastf is each warp's own, yet block barriers here: warp barriers (bar.warp.sync) made 9B gate + up 28.0 ->
@@ -1085,7 +1085,7 @@ CMP_AUTO_FORMS = CMP_AUTO_SETS[CMP_AUTO]
 GLU_G18_KS = 4
 
 
-def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool = False) -> None:
+def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool = False, rl: bool = False) -> None:
     """The split-K completion (``cmp = 2``), appended to a kernel's source by ``_gen_source``. Every warp fences
     once and counts its tiles' arrivals (lane j: tile j, one atomic each, all at once), as ``cmp = 1`` does; then
     the tiles this warp completes (a mask the lanes share through ``warp_sum_i``) are summed together: one acquire
@@ -1104,11 +1104,18 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool 
     index arithmetic is the kernel's tail (``_completion_form``), not the passes' round trips (session 45).
 
     ``cp`` (``cpred_mode``; by default the 1-4-row kernels): plain kernels predicate the partial loads past the
-    last chunk off instead of clamping them to it (``_completion_form``)."""
+    last chunk off instead of clamping them to it (``_completion_form``).
+
+    ``rl`` (``rst_mode``, the default since session 48): the completing lane sets its tile's counter back to zero
+    after the warp's outputs are stored, not right after its arrival. Stored before the acquire fence, the reset was
+    a store that fence had to wait for: one more L2 round trip on the launch's serial tail (store, fence, atomic,
+    reset + fence, loads, store). The next launch counts only after this grid has ended (stream order; under PDL
+    after its dependency wait), so any place in the kernel is early enough."""
 
     TRo = TR // 2 if glu else TR  # outputs of a tile a batch row
     _arrivals(a, ["        RO = R * out", f"        PT = R * {TRo}"])
-    a("                    cnt[wid + j * nwt] = 0")  # every arrival of this launch is in: ready for the next one
+    if not rl:  # every arrival of this launch is in: ready for the next one
+        a("                    cnt[wid + j * nwt] = 0")
     a("            msk = warp_sum_i(isl << lane)")
     a("            if msk != 0:")
     a("                cuda.threadfence()")
@@ -1135,6 +1142,9 @@ def _completion_batched(a, TR: int, glu: bool, cmpu=(CMP_EPL, CMP_KU), cp: bool 
                 a(f"{ind}else:")
             ind += "    "
         _completion_form(a, ind, TR, TRo, glu, EPL, KU, cp)
+    if rl:  # after the tile's outputs (and every load of its partials) are issued
+        a("                if isl == 1:")
+        a("                    cnt[wid + j * nwt] = 0")
 
 
 def _bit_search(a, ind: str, t: str, q: str) -> None:
@@ -1252,7 +1262,8 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
-               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, cp=None):
+               noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, cp=None,
+               rl=None):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
@@ -1263,9 +1274,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
         pre = 1
     xq = xq_on() if xq is None else bool(xq)
     cp = (cpred_for(xh) if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
+    rl = (rst_mode() == "late" if rl is None else bool(rl)) or cmp != 2 or defer  # cmp 1 resets late already
     cmpu = unroll_for(False, 0) if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp)
+           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp, rl)
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
@@ -1276,9 +1288,9 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[4:]}" if isinstance(cmpu, str) else
                    f"_v{cmpu[0]}x{cmpu[1]}")
                 + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "")
-                + ("_cp" if cp else "") + tag)
+                + ("_cp" if cp else "") + ("" if rl else "_re") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, cp))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, cp, rl))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ld_cg_f32_if": ld_cg_f32_if, "ldg_f32x4_2d": ldg_f32x4_2d,
@@ -1380,6 +1392,14 @@ def cpred_mode() -> str:
                       "qgemv completion loads past the last chunk")
 
 
+def rst_mode() -> str:
+    """``TENSORFOLD_GEMV3_RST`` (read when a kernel is generated): where the batched completion sets a tile's
+    arrival counter back to zero: ``late`` (the default since session 48), after the completing warp's outputs are
+    stored; ``early`` (kernel names ``_re``), right after the arrival, as before (``_completion_batched``). The same
+    bits either way."""
+    return env_choice("TENSORFOLD_GEMV3_RST", "late", ("late", "early"), "qgemv arrival counter reset")
+
+
 def cpred_for(xh: int) -> bool:
     """Whether a plain kernel of x form ``xh`` (``xmode``) predicates its completion loads (``cpred_mode``)."""
     m = cpred_mode()
@@ -1405,7 +1425,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     cmpu = unroll_for(False, 0) if cmpu is None else cmpu
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
            sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmpu, tuple(nrm) if nrm else None,
-           cpred_mode())
+           cpred_mode(), rst_mode())
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
         if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
@@ -1986,6 +2006,11 @@ def _specs():
     # it per warp) at the 9B down, 1-4 rows
     pd = plan(4096, 12288, 4, 64)
     f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(4, 8))
+    specs.append((f, _SIG))
+    hot.add(f.__name__)
+    # the arrival counters reset right after the arrival (opt-in since session 48, TENSORFOLD_GEMV3_RST=early) at
+    # the 9B down, 1-4 rows
+    f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, rl=False)
     specs.append((f, _SIG))
     hot.add(f.__name__)
     # SwiGLU warps of up to 32 outputs at 1 x 8 (``autog18``: the default's set at 9B gate+up, ks 4, since session

@@ -661,6 +661,37 @@ def test_swiglu_unroll_by_chunk_count(monkeypatch):
     assert not Q.counters().any()
 
 
+@pytest.mark.parametrize("glu", [False, True])
+def test_counter_reset_late_or_early(monkeypatch, glu):
+    """``TENSORFOLD_GEMV3_RST``: the batched completion sets a tile's arrival counter back to zero after the
+    completing warp's outputs are stored (``late``, the default since session 48) or right after its arrival
+    (``early``, kernel names ``_re``). Both leave every counter at zero after a launch, so three launches in a row
+    on the shared counters (1, 3 and 8 rows, 9 chunks, one warp completing several tiles) give the bits of the
+    one-tile-at-a-time completion (``CMP=1``, which always reset late), and (plain) match float64."""
+    monkeypatch.delenv("TENSORFOLD_GEMV3_RST", raising=False)
+    assert Q.rst_mode() == "late"
+    assert not Q.get_pyfunc(4, 32, 1, 1, 1, 1, 1, 1, glu=glu, xh=2).__name__.endswith("_re")
+    monkeypatch.setenv("TENSORFOLD_GEMV3_RST", "early")
+    assert Q.get_pyfunc(4, 32, 1, 1, 1, 1, 1, 1, glu=glu, xh=2).__name__.endswith("_re")
+    assert not Q.get_pyfunc(4, 32, 1, 1, 1, 1, 1, 1, glu=glu, xh=2, cmp=1).__name__.endswith("_re")
+    bits, group, K = 4, 32, 288
+    out, mt = (80, 2) if glu else (72, 1)
+    P, S, B = _case(bits, group, out, K)
+    p = Q.V3Plan(out, K, bits, group, nw=1, mt=mt, cg=1, u=1, depth=1, blocks=2, xh=1)
+    assert p.ks == 9
+    xs = (rng.standard_normal((8, K)) * 3).astype(np.float32)
+    for R in (1, 3, 8):
+        ys = {m: _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "2", "TENSORFOLD_GEMV3_RST": m}, P, S, B,
+                               xs[:R], p, glu) for m in ("late", "early")}
+        assert not Q.counters().any(), R
+        y1 = _launch_under(monkeypatch, {"TENSORFOLD_GEMV3_CMP": "1"}, P, S, B, xs[:R], p, glu)
+        for m, y in ys.items():
+            assert np.array_equal(y1.view(np.uint32), y.view(np.uint32)), (m, R)
+        if not glu:
+            _check(ys["late"], *_ref(bf16.to_f32(bf16.from_f32(xs[:R])), P, S, B, bits, group))
+    assert not Q.counters().any()
+
+
 @pytest.mark.parametrize("xh", [0, 1])
 def test_x_first_loads_and_quad_group_sums(monkeypatch, xh):
     """``TENSORFOLD_GEMV3_PRE=0`` (the first weight loads issued after x's, the x batches unrolled) gives the bits
