@@ -1949,30 +1949,28 @@ def _specs():
     9B in_proj / q_proj / gate+up / down, 27B in_proj / q_proj / gate+up / down, the 2B / 9B / 27B heads) at one and
     two n-tiles (hot), and each other format once."""
     specs, hot, seen = [], set(), set()
+
+    def add(f, sig=_SIG, is_hot=True):  # each kernel once, in the order first named
+        if f.__name__ not in seen:
+            seen.add(f.__name__)
+            specs.append((f, sig))
+            if is_hot:
+                hot.add(f.__name__)
+
     for out, inp in ((24576, 4096), (34816, 5120), (5120, 17408), (248320, 2048), (248320, 4096), (248320, 5120),
                      (4096, 12288), (12352, 4096), (10240, 4096), (16480, 5120), (14336, 5120), (5120, 6144)):
         p = plan(out, inp, 4, 64)
         for nt in (1, 2):
-            key = (p.nw, p.mt, p.cg, p.u, p.depth, nt)
-            if key in seen:
-                continue
-            seen.add(key)
-            f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth)
-            specs.append((f, _SIG))
-            hot.add(f.__name__)
+            add(get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth))
     # the SwiGLU epilogue of the fused gate | up weights (9B, 27B), one and two n-tiles
     for out, inp in ((24576, 4096), (34816, 5120)):
         p = plan(out, inp, 4, 64)
         for nt in (1, 2):
-            f = get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, glu=True)
-            if f.__name__ not in seen:
-                seen.add(f.__name__)
-                specs.append((f, _SIG))
-                hot.add(f.__name__)
+            add(get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, glu=True))
     for bits, group in FORMATS:
         if (bits, group) != (4, 64):
             p = plan(24576, 4096, bits, group)
-            specs.append((get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth), _SIG))
+            add(get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth), is_hot=False)
     # the prefetch form (opt-in, TENSORFOLD_GEMV_PF=1) at the 2B gate+up (tiles in two parts) and down (two chunks,
     # six parts), one and two n-tiles
     for out, inp in ((12288, 2048), (2048, 6144)):
@@ -1981,53 +1979,36 @@ def _specs():
             continue
         for nt in (1, 2):
             nw, pf, _ = p.pf_geom(nt)
-            f = get_pyfunc(4, 64, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp)
-            if f.__name__ not in seen:
-                seen.add(f.__name__)
-                specs.append((f, _SIG))
-                hot.add(f.__name__)
+            add(get_pyfunc(4, 64, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp))
     # the swept layout (the runtime default, TENSORFOLD_SWEPT) at 9B gate+up, one and two n-tiles, and its repack
     p = plan(24576, 4096, 4, 64)
     for nt in (1, 2):
-        specs.append((get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), _SIG))
-    specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), _SIG))
+        add(get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), is_hot=False)
+    add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), is_hot=False)
     # bf16-only x (the default, TENSORFOLD_GEMV3_XH): one n-tile, 8 rows (xh 1), 1-4 rows (xh 2), plain / SwiGLU
     for glu in (False, True):
         for xm in (1, 2):
-            f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm)
-            specs.append((f, _SIG))
-            hot.add(f.__name__)
+            add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=xm))
     # the x preparation's order before session 28 (opt-in: TENSORFOLD_GEMV3_PRE=1, TENSORFOLD_GEMV3_XQ=0; the
     # specs above take the defaults, PRE=2 + XQ=1), SwiGLU at 1-4 rows
-    f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False)
-    specs.append((f, _SIG))
-    hot.add(f.__name__)
+    add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=2, pre=1, xq=False))
     # the batched completion's fixed unroll (opt-in since session 31, TENSORFOLD_GEMV3_CMPU=4x8; the default picks
     # it per warp) at the 9B down, 1-4 rows
     pd = plan(4096, 12288, 4, 64)
-    f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(4, 8))
-    specs.append((f, _SIG))
-    hot.add(f.__name__)
+    add(get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, cmpu=(4, 8)))
     # the arrival counters reset right after the arrival (opt-in since session 48, TENSORFOLD_GEMV3_RST=early) at
     # the 9B down, 1-4 rows
-    f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, rl=False)
-    specs.append((f, _SIG))
-    hot.add(f.__name__)
+    add(get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=2, rl=False))
     # SwiGLU warps of up to 32 outputs at 1 x 8 (``autog18``: the default's set at 9B gate+up, ks 4, since session
     # 48, ``unroll_for``), 1-4 and 5-8 rows
     for xm in (1, 2):
-        f = get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
-                       cmpu=unroll_for(True, p.ks))
-        specs.append((f, _SIG))
-        hot.add(f.__name__)
+        add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
+                       cmpu=unroll_for(True, p.ks)))
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)
         for xm in (1, 2):
-            f = get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=xm, defer=True)
-            if f.__name__ not in seen:
-                seen.add(f.__name__)
-                specs.append((f, _SIG))
+            add(get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=xm, defer=True), is_hot=False)
     # the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) in the one-row kernels of the consumers of a norm:
     # 9B / 27B in_proj, q/k/v, gate | up (SwiGLU), and the 2B / 9B / 27B heads
     sig_n = _SIG[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"
@@ -2035,28 +2016,20 @@ def _specs():
                           (14336, 5120, False), (34816, 5120, True), (248320, 2048, False), (248320, 4096, False),
                           (248320, 5120, False)):
         pn = plan(out, inp, 4, 64)
-        f = get_pyfunc(4, 64, 1, pn.nw, pn.mt, pn.cg, pn.u, pn.depth, glu=glu, sw=True, xh=xmode(1, pn.xh),
-                       nrm=norms.norm_v_geometry(inp, False), cmpu=unroll_for(glu, pn.ks))
-        if f.__name__ not in seen:
-            seen.add(f.__name__)
-            specs.append((f, sig_n))
-            hot.add(f.__name__)
+        add(get_pyfunc(4, 64, 1, pn.nw, pn.mt, pn.cg, pn.u, pn.depth, glu=glu, sw=True, xh=xmode(1, pn.xh),
+                       nrm=norms.norm_v_geometry(inp, False), cmpu=unroll_for(glu, pn.ks)), sig_n)
     # a K chunk past the static budget (x fragments in dynamic shared memory; TENSORFOLD_GEMV3_CG), 8-row bf16 x
-    specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), _SIG))
+    add(get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), is_hot=False)
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
     # the completion's loads past the last chunk predicated off at 5-8 rows (TENSORFOLD_GEMV3_CPRED=1; the 1-4-row
     # kernels above predicate them by default) and clamped at 1-4 rows (CPRED=0), the 2B head
     ph = plan(248320, 2048, 4, 64)
     for xm, cp in ((1, True), (2, False)):
-        f = get_pyfunc(4, 64, 1, ph.nw, ph.mt, ph.cg, ph.u, ph.depth, sw=True, xh=xm, cp=cp)
-        if f.__name__ not in seen:
-            seen.add(f.__name__)
-            specs.append((f, _SIG))
-            hot.add(f.__name__)
+        add(get_pyfunc(4, 64, 1, ph.nw, ph.mt, ph.cg, ph.u, ph.depth, sw=True, xh=xm, cp=cp))
     # the cp.async ring form and a small x-preparation batch (opt-in, TENSORFOLD_GEMV3=...), 9B gate+up
     p = plan(24576, 4096, 4, 64, u=2, stages=4, pb=2)
-    specs.append((get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), _SIG))
+    add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, p.stages_for(1), p.pb), is_hot=False)
     return specs, hot
 
 
