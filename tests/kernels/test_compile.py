@@ -275,7 +275,7 @@ def run_worker(path: str, drop_env=()) -> dict:
     env["TENSORFOLD_KERNEL_CACHE"] = "0"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, os.path.abspath(path), "--worker"], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=1800)
+                       cwd=ROOT, timeout=3600)
     assert p.returncode == 0, f"compile worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     data = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
     if "skip" in data:

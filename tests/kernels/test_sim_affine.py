@@ -310,6 +310,7 @@ def test_tc_latency_variant(variant):
 # ------------------------------------------------------------------------- L2 prefetch before the wait (l2)
 
 
+@pytest.mark.variant  # an opt-in form (off by default): run with -m variant
 @pytest.mark.parametrize("case", ["pipe2_ks2", "w16_glu", "f32_scales"])
 def test_tc_l2_prefetch_same_bits(case, monkeypatch):
     """``l2`` (the warp's whole share of W / S / B asked of L2 before the PDL wait) changes the load order only: the

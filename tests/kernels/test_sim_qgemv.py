@@ -192,6 +192,7 @@ def test_occupancy_knob_is_launch_geometry_only():
     assert not Q.counters().any()
 
 
+@pytest.mark.variant  # an opt-in form (off by default): run with -m variant
 @pytest.mark.parametrize("bits,group,u,ks", [(4, 64, 4, 1), (4, 64, 2, 2), (8, 32, 4, 1), (2, 128, 2, 2)])
 def test_prefetch_form_same_bits(bits, group, u, ks):
     """The prefetch form (every tile's words copied into dynamic shared memory before the wait, a warp holding up to
@@ -212,6 +213,7 @@ def test_prefetch_form_same_bits(bits, group, u, ks):
         assert not Q.counters().any()
 
 
+@pytest.mark.variant  # an opt-in form (off by default): run with -m variant
 @pytest.mark.parametrize("bits,group,ks,kp", [(4, 64, 1, 2), (4, 64, 2, 4), (8, 32, 1, 4), (2, 128, 1, 2)])
 def test_prefetch_form_parts(bits, group, ks, kp):
     """A tile split into ``kp`` parts inside a block (part sums added in part order through shared memory): within
