@@ -90,6 +90,8 @@ L2_DEFEAT_BYTES = 256 << 20
 # --pdl: the graphs are built with programmatic dependent launch for aware kernels (``kernels._pdl.scope``), as the
 # runtime's decode graphs are, so a launch's first weight loads overlap the previous launch's tail
 PDL = [False]
+# --floor: the decode table gains, a shape, the read floor of its weight bytes (``_floor_cases``)
+FLOOR = [False]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -331,6 +333,30 @@ def _decode_cases(ctx):
                                   launches=[gemv_launcher(m, x, y, bits, group, p, R, ws, glu, _x) for m in
                                             (smats if sw else mats)],
                                   peer=torch_matmul_peer(ctx, R, out, inp)))
+            if FLOOR[0]:
+                cases += _floor_cases(ctx, model, label, wbytes)
+    return cases
+
+
+def _floor_cases(ctx, model, label, wbytes):
+    """``--floor``: a plain read of one shape's weight bytes, each warp walking its own contiguous share (the
+    regions read of ``bench_gemv3``) on 396 and 792 blocks of 4 warps, in the PDL-aware form (first loads before
+    the wait, the signal after the loop), so that under ``--pdl`` it chains as a decode GEMV does. What a GEMV of
+    that size could take if it did nothing but stream its weights; bytes are the words actually read."""
+    from bench_gemv3 import _region_kernel
+
+    cuda = ctx["cuda"]
+    k = _region_kernel(aware=True)
+    o = cuda.device_array(1, dtype="uint32")
+    n = wbytes // 4
+    mats = [ctx["rand_u32"]((n,)) for _ in range(_copies(wbytes))]
+    cases = []
+    for blocks in (396, 792):
+        nwarp = blocks * 4
+        nb = n // nwarp // 512 * 512 * nwarp * 4
+        cases.append(Case(name=f"{label} [read floor {blocks}x128]", model=model, shape=f"R=1 {nb / 2**20:.1f} MiB",
+                          nbytes=nb, launches=[lambda s, m=m, blocks=blocks: k[blocks, 128, s](m[0], o)
+                                               for m in mats]))
     return cases
 
 
@@ -525,7 +551,10 @@ def main(argv=None):
                     "TC_VARIANTS entry and the CUDA-core kernel; x-staged ones only when named here)")
     ap.add_argument("--pdl", action="store_true", help="build each case's graph with PDL for aware kernels (the "
                     "runtime's decode graphs do); the timing column says graph+pdl where it took effect")
+    ap.add_argument("--floor", action="store_true", help="decode group: time, beside each shape, a plain read of "
+                    "its weight bytes (the PDL-aware regions read of bench_gemv3) at 396 and 792 blocks")
     args = ap.parse_args(argv)
+    FLOOR[0] = args.floor
     GEMV_VARIANTS[:] = [v for v in args.variants.split(",") if v]
     PDL[0] = args.pdl
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
