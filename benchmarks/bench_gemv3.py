@@ -66,26 +66,33 @@ def _region_kernel(aware=False):
     if aware:
         @cuda.jit
         def aware_regions(W, out):
-            """``read_regions`` with a decode GEMV's PDL contract: the warp's first 2 KB step is loaded before
-            ``pdl_wait`` (as qgemv loads its first weights), ``pdl_trigger`` after the loop, and the one possible
-            store after the wait"""
+            """``read_regions`` with a decode GEMV's PDL contract, over exactly W's words (a multiple of 128): warp
+            w reads 512-byte units [w U / nw, (w + 1) U / nw), four a step (an index past its share re-reads the
+            share's last unit: no branch in the loop); the first step is loaded before ``pdl_wait`` (as qgemv loads
+            its first weights), ``pdl_trigger`` follows the loop, the one possible store the wait"""
             lane = cuda.threadIdx.x & 31
             warp = cuda.grid(1) >> 5
             nwarp = cuda.gridsize(1) >> 5
-            per = W.shape[0] // nwarp // 512 * 512
-            base = warp * per
-            a0, b0, c0, d0 = ld_w4(W, base + lane * 4)
-            a1, b1, c1, d1 = ld_w4(W, base + 128 + lane * 4)
-            a2, b2, c2, d2 = ld_w4(W, base + 256 + lane * 4)
-            a3, b3, c3, d3 = ld_w4(W, base + 384 + lane * 4)
-            D.pdl_wait()
-            acc = a0 ^ b0 ^ c0 ^ d0 ^ a1 ^ b1 ^ c1 ^ d1 ^ a2 ^ b2 ^ c2 ^ d2 ^ a3 ^ b3 ^ c3 ^ d3
-            for i in range(512, per, 512):
-                a0, b0, c0, d0 = ld_w4(W, base + i + lane * 4)
-                a1, b1, c1, d1 = ld_w4(W, base + i + 128 + lane * 4)
-                a2, b2, c2, d2 = ld_w4(W, base + i + 256 + lane * 4)
-                a3, b3, c3, d3 = ld_w4(W, base + i + 384 + lane * 4)
-                acc ^= a0 ^ b0 ^ c0 ^ d0 ^ a1 ^ b1 ^ c1 ^ d1 ^ a2 ^ b2 ^ c2 ^ d2 ^ a3 ^ b3 ^ c3 ^ d3
+            units = W.shape[0] >> 7
+            u0 = warp * units // nwarp
+            u1 = (warp + 1) * units // nwarp
+            acc = np.uint32(0)
+            if u1 > u0:
+                last = u1 - 1
+                a0, b0, c0, d0 = ld_w4(W, u0 * 128 + lane * 4)
+                a1, b1, c1, d1 = ld_w4(W, min(u0 + 1, last) * 128 + lane * 4)
+                a2, b2, c2, d2 = ld_w4(W, min(u0 + 2, last) * 128 + lane * 4)
+                a3, b3, c3, d3 = ld_w4(W, min(u0 + 3, last) * 128 + lane * 4)
+                D.pdl_wait()
+                acc = a0 ^ b0 ^ c0 ^ d0 ^ a1 ^ b1 ^ c1 ^ d1 ^ a2 ^ b2 ^ c2 ^ d2 ^ a3 ^ b3 ^ c3 ^ d3
+                for u in range(u0 + 4, u1, 4):
+                    a0, b0, c0, d0 = ld_w4(W, u * 128 + lane * 4)
+                    a1, b1, c1, d1 = ld_w4(W, min(u + 1, last) * 128 + lane * 4)
+                    a2, b2, c2, d2 = ld_w4(W, min(u + 2, last) * 128 + lane * 4)
+                    a3, b3, c3, d3 = ld_w4(W, min(u + 3, last) * 128 + lane * 4)
+                    acc ^= a0 ^ b0 ^ c0 ^ d0 ^ a1 ^ b1 ^ c1 ^ d1 ^ a2 ^ b2 ^ c2 ^ d2 ^ a3 ^ b3 ^ c3 ^ d3
+            else:
+                D.pdl_wait()
             D.pdl_trigger()
             if acc == np.uint32(0x9E3779B9):
                 out[0] = acc

@@ -340,7 +340,7 @@ def _decode_cases(ctx):
 
 def _floor_cases(ctx, model, label, wbytes):
     """``--floor``: a plain read of one shape's weight bytes, each warp walking its own contiguous share (the
-    regions read of ``bench_gemv3``) on 396 and 792 blocks of 4 warps, in the PDL-aware form (first loads before
+    regions read of ``bench_gemv3``, 512-byte units split evenly) on 396 and 792 blocks of 4 warps, in the PDL-aware form (first loads before
     the wait, the signal after the loop), so that under ``--pdl`` it chains as a decode GEMV does. What a GEMV of
     that size could take if it did nothing but stream its weights; bytes are the words actually read."""
     from bench_gemv3 import _region_kernel
@@ -348,12 +348,11 @@ def _floor_cases(ctx, model, label, wbytes):
     cuda = ctx["cuda"]
     k = _region_kernel(aware=True)
     o = cuda.device_array(1, dtype="uint32")
-    n = wbytes // 4
-    mats = [ctx["rand_u32"]((n,)) for _ in range(_copies(wbytes))]
+    n = wbytes // 512 * 128  # whole 512-byte units: at most 508 bytes short of the shape's weights
+    nb = n * 4
+    mats = [ctx["rand_u32"]((n,)) for _ in range(_copies(nb))]
     cases = []
     for blocks in (396, 792):
-        nwarp = blocks * 4
-        nb = n // nwarp // 512 * 512 * nwarp * 4
         cases.append(Case(name=f"{label} [read floor {blocks}x128]", model=model, shape=f"R=1 {nb / 2**20:.1f} MiB",
                           nbytes=nb, launches=[lambda s, m=m, blocks=blocks: k[blocks, 128, s](m[0], o)
                                                for m in mats]))
