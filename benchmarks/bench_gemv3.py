@@ -69,7 +69,7 @@ def _region_kernel(aware=False):
             """``read_regions`` with a decode GEMV's PDL contract, over exactly W's words (a multiple of 128): warp
             w reads 512-byte units [w U / nw, (w + 1) U / nw), four a step (an index past its share re-reads the
             share's last unit: no branch in the loop); the first step is loaded before ``pdl_wait`` (as qgemv loads
-            its first weights), ``pdl_trigger`` follows the loop, the one possible store the wait"""
+            its first weights), ``pdl_trigger`` follows the loop, and the one possible store comes after the wait"""
             lane = cuda.threadIdx.x & 31
             warp = cuda.grid(1) >> 5
             nwarp = cuda.gridsize(1) >> 5

@@ -340,9 +340,10 @@ def _decode_cases(ctx):
 
 def _floor_cases(ctx, model, label, wbytes):
     """``--floor``: a plain read of one shape's weight bytes, each warp walking its own contiguous share (the
-    regions read of ``bench_gemv3``, 512-byte units split evenly) on 396 and 792 blocks of 4 warps, in the PDL-aware form (first loads before
-    the wait, the signal after the loop), so that under ``--pdl`` it chains as a decode GEMV does. What a GEMV of
-    that size could take if it did nothing but stream its weights; bytes are the words actually read."""
+    regions read of ``bench_gemv3``, 512-byte units split evenly) on 396 and 792 blocks of 4 warps, in the
+    PDL-aware form (first loads before the wait, the signal after the loop), so that under ``--pdl`` it chains as a
+    decode GEMV does. What a GEMV of that size could take if it did nothing but stream its weights; bytes are the
+    words actually read."""
     from bench_gemv3 import _region_kernel
 
     cuda = ctx["cuda"]
