@@ -565,7 +565,7 @@ def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda",
             t1 = min(run(1) for _ in range(2))
             tn = min(run(tokens + 1) for _ in range(2))
             dt = (tn - t1) / tokens
-            rows.append(("peer decode", n, n / dt, dt * 1e3, None, 0.0))
+            rows.append(("peer decode", n, n / dt, dt * 1e3, None, None))  # no roofline share for the peer
             log(f"[{geom}] peer transformers decode {n:3d} streams: {n / dt:8.1f} tok/s, {dt * 1e3:.3f} ms/step "
                 f"(greedy, {tokens} tokens after a {prompt}-token prompt; prompt + first token {t1 * 1e3:.0f} ms)")
         for L in prompts:
@@ -582,7 +582,7 @@ def peer_geometry(geom, root, streams, log, tokens=20, prompt=32, device="cuda",
 
                 first = fwd()
                 dt = min(fwd() for _ in range(2))
-                rows.append(("peer prompt", L, L / dt, dt * 1e3, None, 0.0))
+                rows.append(("peer prompt", L, L / dt, dt * 1e3, None, None))
                 log(f"[{geom}] peer transformers prompt {L:6d} tokens: {L / dt:9.1f} tok/s, {dt * 1e3:.1f} ms "
                     f"(first call {first * 1e3:.0f} ms; one forward, last-row logits)")
             except Exception as e:  # noqa: BLE001 -- a length that fails (memory) leaves the others
@@ -611,7 +611,7 @@ def write_md(a, argv, commit, gpu, bw, test_rc, table, lines):
           "|---|---|---|---|---|---|---|"]
     for g, mode, n, tps, ms, gb, share in table:
         md.append(f"| {g} | {mode} | {n} | {tps:.1f} | {ms:.2f} | {'' if gb is None else f'{gb:.2f}'} | "
-                  f"{100 * share:.1f} |")
+                  f"{'' if share is None else f'{100 * share:.1f}'} |")
     md += ["", "Log:", "", "```"] + lines + ["```", ""]
     text = "\n".join(md)
     _ = text
