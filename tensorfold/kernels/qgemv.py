@@ -20,7 +20,8 @@ flight. This kernel spends about 60 (ptxas / nvdisasm on the sm_90 build):
   (session 15: 915 SASS instructions before the loop instead of 2,228; 136 registers at one n-tile instead of 168).
 - **hi and lo are two columns of B.** Batch row ``r`` of an n-tile owns columns ``2r`` (hi) and ``2r + 1`` (lo),
   so one mma per k-step serves up to 4 rows with fp32-class x; the two C columns are added in the epilogue.
-  Launches take up to 8 rows (two n-tiles); 9-16 rows are two launches.
+  Launches take up to 8 rows (two n-tiles); 9-16 rows are two launches (with bf16-only x, one launch of two
+  n-tiles of 8 under ``TENSORFOLD_GEMV3_R16=1``, opt-in: ``rows16_on``).
 - **Codes stay offset by 128.** A 2- or 4-bit code or'ed into the mantissa of bf16 128 reads as ``128 + q``
   exactly (one ``lop3`` a pair, the magic held in a register); the epilogue uses ``acc += s * D + (b - 128 s) *
   sum_x`` with ``D = dot(128 + q, x)``. Because ``sum_x`` is taken over the same hi + lo values the mma sees, the
@@ -1843,8 +1844,29 @@ def new_counters():
 
 
 def nt_for(R: int, xh: bool = False) -> int:
-    """n-tiles of a launch of R <= 8 rows (4 rows, hi and lo columns each, an n-tile; with ``xh`` 8 rows)"""
+    """n-tiles of a launch of R <= 8 rows (4 rows, hi and lo columns each, an n-tile; with ``xh`` 8 rows; with
+    ``xh``, 9-16 rows are two n-tiles of 8 under ``rows16_on``)"""
     return 1 if R <= (8 if xh else 4) else 2
+
+
+def rows16_on() -> bool:
+    """``TENSORFOLD_GEMV3_R16`` (read at each launch): 1 lets a bf16-x (``xh``) launch take up to 16 rows, two
+    n-tiles of 8 (``_gen_source(nt=2, xh=1)``), so that 9-16 rows read the weights once instead of twice (a 32-row
+    decode step makes two launches a linear, not four). 0 (the default until timed) keeps launches of at most 8
+    rows. The same bits either way: an mma column depends only on its own B column, a row's x values, group sums
+    and accumulation order are those of a one-n-tile launch, and the plan (hence ks) is the shape's. Not timed yet:
+    the two-n-tile bf16-x kernel takes 190 registers at the 9B gate+up (no spills; ptxas sm_90, session 50), so
+    2 of the plan's 3 blocks an SM fit (under launch bounds of 3 it spills: 168 registers, 40 bytes stored)."""
+    return env_choice("TENSORFOLD_GEMV3_R16", "0", ("0", "1"), "qgemv rows a launch") == "1"
+
+
+def _launch_rows(p: "V3Plan", R: int, ws, out: int, defer: bool, nrm) -> int:
+    """Rows a launch takes: 16 where ``rows16_on`` and the plan allows it (bf16-only x on the register ring, no
+    deferred completion, no fused norm, a workspace of min(R, 16) rows when ks > 1), else 8."""
+    if (R > 8 and rows16_on() and p.xh and not (p.pf or p.stages or defer or nrm)
+            and (p.ks == 1 or ws.size >= p.ks * min(R, 16) * out)):
+        return 16
+    return 8
 
 
 def xmode(R: int, xh: bool) -> int:
@@ -1881,9 +1903,10 @@ def defer_ok(p, R: int, glu: bool = False) -> bool:
 
 
 def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None, defer=False, norm=None):
-    """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows (a column's arithmetic does not depend on the
-    others, so any split gives the same bits). ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values
-    when ks > 1 (the chunks' partial sums; the launches reuse it in turn). ``glu``: W is a fused gate | up weight
+    """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows, or 16 under ``rows16_on`` (a column's
+    arithmetic does not depend on the others, so any split gives the same bits). ``ws``: float32 holding at least
+    ``ks * min(R, 8) * out`` values when ks > 1 (the chunks' partial sums; the launches reuse it in turn; 16-row
+    launches need ``ks * 16 * out``, else they stay at 8 rows). ``glu``: W is a fused gate | up weight
     (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
     arrival counters (default: the shared :func:`counters`; see :func:`new_counters`). ``defer`` (ks > 1, at most 8
     rows, no epilogue, register-ring plans): the chunks' partial sums are left in ``ws [ks, R, out]`` and y is not
@@ -1913,8 +1936,9 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
         raise ValueError(f"qgemv: a deferred completion needs ks > 1 (ks {p.ks}), at most 8 rows (R {R}), no "
                          f"epilogue, a register-ring plan and ws [ks, R, out] = {(p.ks, R, out)}")
     nrm, nargs = norms.fused_args(norm, x, R, defer)
-    for r0 in range(0, R, 8):
-        n = min(8, R - r0)
+    step = _launch_rows(p, R, ws, out, defer, nrm)
+    for r0 in range(0, R, step):
+        n = min(step, R - r0)
         nt = nt_for(n, p.xh)
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
@@ -2004,6 +2028,11 @@ def _specs():
     for xm in (1, 2):
         add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
                        cmpu=unroll_for(True, p.ks)))
+    # 9-16 rows a launch (opt-in, TENSORFOLD_GEMV3_R16=1): two n-tiles of 8 bf16-x rows at 9B gate+up, plain and
+    # SwiGLU
+    for glu in (False, True):
+        add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=1,
+                       cmpu=unroll_for(glu, p.ks)), is_hot=False)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)

@@ -450,6 +450,65 @@ def test_bf16_x_swept_and_glu_same_bits(ks):
     assert not Q.counters().any()
 
 
+@pytest.mark.variant  # an opt-in form (TENSORFOLD_GEMV3_R16=1, off by default): run with -m variant
+@pytest.mark.parametrize("ks,glu", [(1, False), (2, False), (2, True)])
+def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
+    """``TENSORFOLD_GEMV3_R16=1``: a bf16-x launch takes 9-16 rows as two n-tiles of 8 (one weight read). 13 rows
+    (one launch of 13) against the default's launches of 8 + 5 and against one-row launches, bit for bit, on the
+    swept layout, plain and with the SwiGLU epilogue, with one K chunk and two. The launches are counted by n-tiles
+    (the 13-row launch must be one two-n-tile launch), the counters end at zero, and the plain outputs meet the
+    float64 oracle on bf16-rounded x (``_ref``'s bound)."""
+    bits, group, u, out, K, rows = 4, 64, 4, 96, 512, 13
+    P, S, B = _case(bits, group, out, K)
+    cg = K // group // ks
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, xh=1)
+    p = dataclasses.replace(base, sw=2 if glu else 1)
+    W = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=base.per)
+    x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
+    seen = []
+    real = Q.get_kernel
+    monkeypatch.setattr(Q, "get_kernel", lambda *a, **k: (seen.append(a[2]), real(*a, **k))[1])
+
+    def go(xr, r16):
+        monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "1" if r16 else "0")
+        R = xr.shape[0]
+        y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
+        Q.launch(W, S, B, xr, y, p, R, ws=np.full((ks, R, out), np.nan, np.float32), glu=glu)
+        assert not np.isnan(y).any(), "NaN / unwritten output"
+        return y
+
+    y16 = go(x, True)
+    assert seen == [2], f"n-tiles of the launches: {seen}"
+    seen.clear()
+    y8 = go(x, False)
+    assert seen == [1, 1], f"n-tiles of the launches: {seen}"
+    assert np.array_equal(y16.view(np.uint32), y8.view(np.uint32))
+    for r in (0, 8, rows - 1):
+        assert np.array_equal(go(x[r:r + 1], True).view(np.uint32), y16[r:r + 1].view(np.uint32)), f"row {r}"
+    if not glu:
+        _check(y16, *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
+    assert not Q.counters().any()
+
+
+def test_sixteen_row_launch_policy(monkeypatch):
+    """Which launches may take 16 rows (host policy, no kernel runs): only with ``TENSORFOLD_GEMV3_R16=1``, more
+    than 8 rows, bf16-only x, no deferred completion or fused norm, and (ks > 1) a workspace of min(R, 16) rows."""
+    p = Q.V3Plan(96, 512, 4, 64, nw=2, mt=1, cg=4, u=4, depth=1, blocks=4, xh=1)
+    assert p.ks == 2
+    ws = np.zeros((2, 12, 96), np.float32)
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "0")
+    assert Q._launch_rows(p, 12, ws, 96, False, None) == 8
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "1")
+    assert Q._launch_rows(p, 12, ws, 96, False, None) == 16
+    assert Q._launch_rows(p, 8, ws, 96, False, None) == 8
+    assert Q._launch_rows(p, 13, ws, 96, False, None) == 8, "workspace of 12 rows"
+    assert Q._launch_rows(dataclasses.replace(p, xh=0), 12, ws, 96, False, None) == 8
+    assert Q._launch_rows(p, 12, ws, 96, True, None) == 8
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "2")
+    with pytest.raises(ValueError, match="TENSORFOLD_GEMV3_R16"):
+        Q._launch_rows(p, 12, ws, 96, False, None)
+
+
 def test_chunk_past_static_budget_dynamic_x_tile():
     """A K chunk past the default shared-memory budget (``cg`` 32 groups of 64, one chunk: what
     ``TENSORFOLD_GEMV3_CG`` can ask for) keeps its x fragments in dynamic shared memory (``xb_dynamic``: the 8-row
