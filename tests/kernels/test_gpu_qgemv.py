@@ -366,3 +366,40 @@ def test_swiglu_completion_sets(label, out, inp, monkeypatch):
     lim = 1.1 * bg * (np.abs(u) + bu) + np.abs(sg) * bu + 1e-6 * np.abs(want) + 1e-30
     err = np.abs(got["2auto", 8] - want)
     assert (err <= lim).all(), f"{label}: max err / bound {(err / lim).max():.2e}"
+
+
+@pytest.mark.parametrize("label,out,inp", [("9B gate|up", 24576, 4096), ("27B down", 5120, 17408)])
+def test_sixteen_row_launches_real_shapes(label, out, inp, monkeypatch):
+    """``TENSORFOLD_GEMV3_R16=1`` (bf16 x, 9-16 rows in one two-n-tile launch) at real shapes, on the swept layout
+    the runtime reads: 16 and 13 rows equal the default's launches of 8 + 8 / 8 + 5 bit for bit, and meet the float64
+    oracle on bf16-rounded x; at 9B gate+up also with the SwiGLU epilogue (bit-equal to the default's launches)."""
+    import dataclasses
+
+    from tensorfold.kernels import qgemv as Q
+    from tensorfold.model import bf16
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((16, inp)).astype(np.float32)
+    ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
+    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1)
+    dev = [cuda.to_device(a) for a in (P, S, B)]
+    forms = [(False, dataclasses.replace(p, sw=1), Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u,
+                                                                        per=p.per), out)]
+    if out % 16 == 0 and out >= 16384:
+        forms.append((True, dataclasses.replace(p, sw=2), Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group,
+                                                                             p.u, glu=True, per=p.per), out // 2))
+    for glu, sp, W, yo in forms:
+        for R in (16, 13):
+            ys = []
+            for r16 in ("1", "0"):
+                monkeypatch.setenv("TENSORFOLD_GEMV3_R16", r16)
+                y = cuda.to_device(np.full((R, yo), np.nan, np.float32))
+                ws = cuda.device_array((p.ks, R, out), np.float32) if p.ks > 1 else None
+                Q.launch(W, dev[1], dev[2], cuda.to_device(x[:R]), y, sp, R, ws=ws, glu=glu)
+                ys.append(y.copy_to_host())
+            assert not np.isnan(ys[0]).any(), f"{label} glu {glu} R={R}"
+            assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu {glu} R={R}"
+            if not glu:
+                _check(ys[0], ref[:R], bound[:R])
