@@ -1871,7 +1871,8 @@ def _launch_rows(p: "V3Plan", R: int, ws, out: int, defer: bool, nrm) -> int:
 
 def xmode(R: int, xh: bool) -> int:
     """``_gen_source``'s x form for a launch of R <= 8 rows: 0 hi + lo; with bf16-only x, 2 (zero lo columns, the
-    hi + lo loop) for 1-4 rows and 1 (8 rows an n-tile) for 5-8 (the same bits a row either way)"""
+    hi + lo loop) for 1-4 rows and 1 (8 rows an n-tile) for 5-8, and for 9-16 under ``rows16_on`` (the same bits a
+    row either way)"""
     return 0 if not xh else (2 if R <= 4 else 1)
 
 
@@ -1906,7 +1907,7 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows, or 16 under ``rows16_on`` (a column's
     arithmetic does not depend on the others, so any split gives the same bits). ``ws``: float32 holding at least
     ``ks * min(R, 8) * out`` values when ks > 1 (the chunks' partial sums; the launches reuse it in turn; 16-row
-    launches need ``ks * 16 * out``, else they stay at 8 rows). ``glu``: W is a fused gate | up weight
+    launches need ``ks * min(R, 16) * out``, else they stay at 8 rows). ``glu``: W is a fused gate | up weight
     (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
     arrival counters (default: the shared :func:`counters`; see :func:`new_counters`). ``defer`` (ks > 1, at most 8
     rows, no epilogue, register-ring plans): the chunks' partial sums are left in ``ws [ks, R, out]`` and y is not

@@ -37,25 +37,23 @@ def _worker() -> int:
     import bench_gemv3
 
     tc._STATE["dev"].compute_capability = (9, 0)
-    fn = bench_gemv3._bulk_kernel().py_func
-    rec = {"kernel": fn.__name__}
-    try:
-        ptx, _ = cuda.compile_ptx(fn, "void(uint32[::1], uint32[::1], int64, int64)", cc=(9, 0))
-        rec["missing"] = [w for w in WANT if w not in ptx]
-        rec["ptxas"] = tc._run_ptxas(ptx, (9, 0))
-    except Exception as e:  # noqa: BLE001
-        rec["error"] = f"compile: {type(e).__name__}: {str(e)[:1500]}"
+
+    def compile_one(fn, sig, want, **extra):
+        rec = {"kernel": fn.__name__, **extra}
+        try:
+            ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+            rec["missing"] = [w for w in want if w not in ptx]
+            rec["ptxas"] = tc._run_ptxas(ptx, (9, 0))
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"compile: {type(e).__name__}: {str(e)[:1500]}"
+        return rec
+
     from tensorfold.kernels import _device, _pdl
 
+    rec = compile_one(bench_gemv3._bulk_kernel().py_func, "void(uint32[::1], uint32[::1], int64, int64)", WANT)
     _device.pdl_target(True)  # the setup turns the sm_90-only instructions off for its multi-cc front end
     fn = bench_gemv3._region_kernel(aware=True).py_func
-    rec2 = {"kernel": fn.__name__, "aware": _pdl.aware(fn)}
-    try:
-        ptx, _ = cuda.compile_ptx(fn, "void(uint32[::1], uint32[::1])", cc=(9, 0))
-        rec2["missing"] = [w for w in PDL_WANT if w not in ptx]
-        rec2["ptxas"] = tc._run_ptxas(ptx, (9, 0))
-    except Exception as e:  # noqa: BLE001
-        rec2["error"] = f"compile: {type(e).__name__}: {str(e)[:1500]}"
+    rec2 = compile_one(fn, "void(uint32[::1], uint32[::1])", PDL_WANT, aware=_pdl.aware(fn))
     print(json.dumps({"results": [rec, rec2]}))
     return 0
 

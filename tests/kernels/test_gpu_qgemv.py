@@ -30,6 +30,23 @@ def _run(cuda, dev, x, p, bits, group):
     return y.copy_to_host()
 
 
+def _bf16x_case(out, inp):
+    """A real-shape 4-bit g64 case for the bf16-x plan: (cuda, bits, group, P, S, B, x [16 rows], float64 ref and
+    bound on bf16-rounded x, the plan with ``xh`` 1, the device arrays)."""
+    import dataclasses
+
+    from tensorfold.kernels import qgemv as Q
+    from tensorfold.model import bf16
+
+    cuda = _cuda()
+    bits, group = 4, 64
+    P, S, B = _rand_q(out, inp, bits, group)
+    x = rng.standard_normal((16, inp)).astype(np.float32)
+    ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
+    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1)
+    return cuda, bits, group, P, S, B, x, ref, bound, p, [cuda.to_device(a) for a in (P, S, B)]
+
+
 SHAPES = [("9B gate/up", 24576, 4096), ("27B down", 5120, 17408)]
 
 
@@ -211,15 +228,8 @@ def test_bf16_x_real_shapes(label, out, inp):
     import dataclasses
 
     from tensorfold.kernels import qgemv as Q
-    from tensorfold.model import bf16
 
-    cuda = _cuda()
-    bits, group = 4, 64
-    P, S, B = _rand_q(out, inp, bits, group)
-    x = rng.standard_normal((16, inp)).astype(np.float32)
-    ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
-    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1)
-    dev = [cuda.to_device(a) for a in (P, S, B)]
+    cuda, bits, group, P, S, B, x, ref, bound, p, dev = _bf16x_case(out, inp)
     full = _run(cuda, dev, x, p, bits, group)
     _check(full, ref, bound)
     for r0, R in ((0, 1), (5, 1), (15, 1), (0, 4), (3, 5), (8, 8), (1, 8)):
@@ -376,15 +386,8 @@ def test_sixteen_row_launches_real_shapes(label, out, inp, monkeypatch):
     import dataclasses
 
     from tensorfold.kernels import qgemv as Q
-    from tensorfold.model import bf16
 
-    cuda = _cuda()
-    bits, group = 4, 64
-    P, S, B = _rand_q(out, inp, bits, group)
-    x = rng.standard_normal((16, inp)).astype(np.float32)
-    ref, bound = _ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group)
-    p = dataclasses.replace(Q.plan(out, inp, bits, group), xh=1)
-    dev = [cuda.to_device(a) for a in (P, S, B)]
+    cuda, bits, group, P, S, B, x, ref, bound, p, dev = _bf16x_case(out, inp)
     forms = [(False, dataclasses.replace(p, sw=1), Q.sweep_pack_device(dev[0], dev[1], dev[2], bits, group, p.u,
                                                                         per=p.per), out)]
     if out % 16 == 0 and out >= 16384:
