@@ -4,6 +4,9 @@
 # - `dec NAME GEOMETRY [bench_decode args...]` runs bench_decode.py at 1 and 8 streams (prompt 512, 30 steps) into
 #   $R/decode_NAME.{md,txt} and prints its figures.
 # - `synth_all DIR GEOMETRY...` writes the synth checkpoints the decode benchmarks read.
+# - `full GEOMETRY CAP [bench_decode args...]` runs issue 4's matrix for one geometry (1 / 8 / 32 streams, prompts
+#   of 512 / 4,096 / 16,384 tokens) into $R/full_GEOMETRY.{md,txt}, capped by CAP and by what is left of $LIMIT
+#   since $t0, and packs.
 # - `ptest NAME TIMEOUT pytest-args...` runs one GPU-tier pytest process into $R/NAME.txt with its own kernel cache
 #   (several may run side by side with `&` and `wait`: compiles are CPU-bound; nothing they do is timed).
 set -u
@@ -36,4 +39,13 @@ ptest() {
     TENSORFOLD_CACHE_DIR=/tmp/tfkc_$n timeout "$s" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
         --tb=short "$@" >"$R/$n.txt" 2>&1
     echo "== $n rc $?"; grep -h "passed\|failed\|rror" "$R/$n.txt" | tail -4
+}
+full() {
+    local g=$1 cap=$2 left tmo; shift 2
+    left=$((LIMIT - (SECONDS - t0)))
+    [ "$left" -lt 80 ] && { echo "== full $g skipped ($left s left)"; return; }
+    tmo=$((left < cap ? left : cap))
+    timeout "$tmo" python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8,32 \
+        --prompts 512,4096,16384 --steps 100 "$@" --out "$R/full_$g.md" > "$R/full_$g.txt" 2>&1
+    echo "== full $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \|prompt \|passed\|failed\|rror" "$R/full_$g.txt" | cut -c1-150 | head -20; pack
 }

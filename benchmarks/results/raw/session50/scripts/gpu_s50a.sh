@@ -4,7 +4,7 @@
 # prompts of 512 / 4,096 / 16,384 tokens; 9B with the transformers bf16 + fla peer in the same process and, after
 # it, the 9B decode graphs == eager GPU test (never run on the late reset); then 27B (no peer: its 54 GB of bf16
 # weights beside ours) and 2B with the peer. Session 48's plan (gpu_s48e.sh) minus its early / late A/B, which
-# waits for a second machine. Predicted (H200): one stream 2B ~850, 9B ~405, 27B ~150 tok/s; 32 streams 2B
+# waits for a second machine. (`full` now lives in benchmarks/_dec.sh, the same lines this call ran.) Predicted (H200): one stream 2B ~850, 9B ~405, 27B ~150 tok/s; 32 streams 2B
 # ~9,000-11,000; the 27B 16,384-token prompt ~2,000 tok/s.
 . benchmarks/_dec.sh
 out_dir s50a
@@ -14,15 +14,6 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader > "
 synth_all /tmp/tfm 9b 27b 2b > /dev/null 2>&1
 echo "== synth at $((SECONDS - t0)) s"
 PEER="--peer --peer-streams 1,8,32 --peer-prompts 512,4096,16384"
-full() {  # geometry, cap in s, extra args
-    local g=$1 cap=$2 left tmo; shift 2
-    left=$((LIMIT - (SECONDS - t0)))
-    [ "$left" -lt 80 ] && { echo "== full $g skipped ($left s left)"; return; }
-    tmo=$((left < cap ? left : cap))
-    timeout "$tmo" python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8,32 \
-        --prompts 512,4096,16384 --steps 100 "$@" --out "$R/full_$g.md" > "$R/full_$g.txt" 2>&1
-    echo "== full $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \|prompt \|passed\|failed\|rror" "$R/full_$g.txt" | cut -c1-150 | head -20; pack
-}
 full 9b 230 $PEER --tests "-m gpu -q -p no:cacheprovider -rfE tests/runtime/test_gpu_graphs_large.py -k 9b -s"
 full 27b 170
 full 2b 150 $PEER
