@@ -667,7 +667,7 @@ def main(argv=None):
         print(f"pytest exit code {test_rc[0]} after {time.perf_counter() - t:.0f} s", flush=True)
 
     geoms = a.geometry or ["2b", "9b"]
-    streams = [int(x) for x in a.streams.split(",")]
+    streams = [int(x) for x in a.streams.split(",") if x]
     prompts = [int(x) for x in a.prompts.split(",") if x.strip()]
     lines = []
 

@@ -92,6 +92,8 @@ L2_DEFEAT_BYTES = 256 << 20
 PDL = [False]
 # --floor: the decode table gains, a shape, the read floor of its weight bytes (``_floor_cases``)
 FLOOR = [False]
+DEC_ROWS = [(1, 8)]  # --rows: the decode group's row counts
+DEC_MODELS = [("2B", "9B", "27B")]  # --models: the decode group's geometries
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -312,7 +314,7 @@ def _decode_cases(ctx):
     cuda = ctx["cuda"]
     cases = []
     bits, group = 4, 64
-    for model in ("2B", "9B", "27B"):
+    for model in DEC_MODELS[0]:
         for label, out, inp, glu in decode_shapes(model):
             p = A.plan_qgemv(out, inp, bits, group)
             glu = glu and A.glu_ok(p, out)
@@ -324,7 +326,7 @@ def _decode_cases(ctx):
             yo = out // 2 if glu else out
             kind = (f"qgemv{' swept' if sw else ''}{' bf16-x' if getattr(p, 'xh', 0) else ''} ks {p.ks}"
                     if isinstance(p, Q.V3Plan) else f"tc {p.variant} ks {p.ks}")
-            for R in (1, 8):
+            for R in DEC_ROWS[0]:
                 x, _x = ctx["rand_f32"]((R, inp))
                 y = cuda.device_array((R, yo), dtype="float32")
                 ws = cuda.device_array((p.ks, R, out), dtype="float32") if p.ks > 1 else None
@@ -553,8 +555,13 @@ def main(argv=None):
                     "runtime's decode graphs do); the timing column says graph+pdl where it took effect")
     ap.add_argument("--floor", action="store_true", help="decode group: time, beside each shape, a plain read of "
                     "its weight bytes (the PDL-aware regions read of bench_gemv3) at 396 and 792 blocks")
+    ap.add_argument("--rows", default="1,8", help="decode group: rows a GEMV case (above 8, qgemv.launch splits "
+                    "into launches of 8, or 16 under TENSORFOLD_GEMV3_R16=1)")
+    ap.add_argument("--models", default="2B,9B,27B", help="decode group: the geometries")
     args = ap.parse_args(argv)
     FLOOR[0] = args.floor
+    DEC_ROWS[0] = tuple(int(r) for r in args.rows.split(",") if r)
+    DEC_MODELS[0] = tuple(m for m in args.models.split(",") if m)
     GEMV_VARIANTS[:] = [v for v in args.variants.split(",") if v]
     PDL[0] = args.pdl
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
