@@ -1539,6 +1539,8 @@ class V3Plan:
             return self.pf_geom(nt)[2]
         ntile = -(-self.out // (16 * self.mt))
         blocks = self.occ1 * SMS if (self.occ1 and nt == 1) else self.blocks
+        if nt == 2 and self.xh:  # 16-row launches: as many blocks as are resident at once (no second wave)
+            blocks = min(blocks, nt2_occ() * SMS)
         return max(1, min(-(-ntile // self.nw), blocks // self.ks))
 
     def maxreg_for(self, nt: int) -> int:
@@ -1858,6 +1860,14 @@ def rows16_on() -> bool:
     the two-n-tile bf16-x kernel takes 190 registers at the 9B gate+up (no spills; ptxas sm_90, session 50), so
     2 of the plan's 3 blocks an SM fit (under launch bounds of 3 it spills: 168 registers, 40 bytes stored)."""
     return env_choice("TENSORFOLD_GEMV3_R16", "0", ("0", "1"), "qgemv rows a launch") == "1"
+
+
+def nt2_occ() -> int:
+    """``TENSORFOLD_GEMV3_NT2OCC``: blocks an SM a 16-row (two-n-tile bf16-x) launch is sized for. The kernel takes
+    190 registers at the 9B gate+up (ptxas sm_90), so 2 of the plan's 3 blocks of 128 threads fit; at 3 the
+    launch's last third ran as a second wave (session 51: a 16-row launch cost more than two 8-row ones). The launch
+    geometry only, never the chunking: the same bits."""
+    return int(env_choice("TENSORFOLD_GEMV3_NT2OCC", "2", ("2", "3"), "qgemv 16-row blocks an SM"))
 
 
 def _launch_rows(p: "V3Plan", R: int, ws, out: int, defer: bool, nrm) -> int:
