@@ -1859,7 +1859,7 @@ def rows16_on() -> bool:
     and accumulation order are those of a one-n-tile launch, and the plan (hence ks) is the shape's. Not timed yet:
     the two-n-tile bf16-x kernel takes 190 registers at the 9B gate+up (no spills; ptxas sm_90, session 50), so
     2 of the plan's 3 blocks an SM fit (under launch bounds of 3 it spills: 168 registers, 40 bytes stored)."""
-    return env_choice("TENSORFOLD_GEMV3_R16", "0", ("0", "1"), "qgemv rows a launch") == "1"
+    return env_choice("TENSORFOLD_GEMV3_R16", "1", ("0", "1"), "qgemv rows a launch") == "1"
 
 
 def nt2_occ() -> int:
