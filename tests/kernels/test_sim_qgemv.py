@@ -450,11 +450,10 @@ def test_bf16_x_swept_and_glu_same_bits(ks):
     assert not Q.counters().any()
 
 
-@pytest.mark.variant  # an opt-in form (TENSORFOLD_GEMV3_R16=1, off by default): run with -m variant
 @pytest.mark.parametrize("ks,glu", [(1, False), (2, False), (2, True)])
 def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
-    """``TENSORFOLD_GEMV3_R16=1``: a bf16-x launch takes 9-16 rows as two n-tiles of 8 (one weight read). 13 rows
-    (one launch of 13) against the default's launches of 8 + 5 and against one-row launches, bit for bit, on the
+    """``TENSORFOLD_GEMV3_R16=1`` (the default): a bf16-x launch takes 9-16 rows as two n-tiles of 8 (one weight
+    read). 13 rows (one launch of 13) against ``TENSORFOLD_GEMV3_R16=0``'s launches of 8 + 5 and against one-row launches, bit for bit, on the
     swept layout, plain and with the SwiGLU epilogue, with one K chunk and two. The launches are counted by n-tiles
     (the 13-row launch must be one two-n-tile launch), the counters end at zero, and the plain outputs meet the
     float64 oracle on bf16-rounded x (``_ref``'s bound)."""
@@ -504,9 +503,27 @@ def test_sixteen_row_launch_policy(monkeypatch):
     assert Q._launch_rows(p, 13, ws, 96, False, None) == 8, "workspace of 12 rows"
     assert Q._launch_rows(dataclasses.replace(p, xh=0), 12, ws, 96, False, None) == 8
     assert Q._launch_rows(p, 12, ws, 96, True, None) == 8
+    monkeypatch.delenv("TENSORFOLD_GEMV3_R16", raising=False)
+    assert Q._launch_rows(p, 12, ws, 96, False, None) == 16, "on by default"
     monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "2")
     with pytest.raises(ValueError, match="TENSORFOLD_GEMV3_R16"):
         Q._launch_rows(p, 12, ws, 96, False, None)
+
+
+def test_sixteen_row_launch_grid(monkeypatch):
+    """A 16-row launch's grid holds only the blocks resident at once (``nt2_occ`` an SM, default 2; the plan's
+    3 an SM made a second wave of a third of them); one-n-tile launches and hi + lo plans keep the plan's grid."""
+    p = Q.V3Plan(24576, 4096, 4, 64, nw=4, mt=1, cg=16, u=4, depth=1, blocks=3 * Q.SMS, xh=1)
+    assert p.ks == 4
+    monkeypatch.delenv("TENSORFOLD_GEMV3_NT2OCC", raising=False)
+    assert p.grid_x(1) * p.ks == 3 * Q.SMS
+    assert p.grid_x(2) * p.ks == 2 * Q.SMS
+    assert dataclasses.replace(p, xh=0).grid_x(2) * p.ks == 3 * Q.SMS
+    monkeypatch.setenv("TENSORFOLD_GEMV3_NT2OCC", "3")
+    assert p.grid_x(2) * p.ks == 3 * Q.SMS
+    monkeypatch.setenv("TENSORFOLD_GEMV3_NT2OCC", "4")
+    with pytest.raises(ValueError, match="TENSORFOLD_GEMV3_NT2OCC"):
+        p.grid_x(2)
 
 
 def test_chunk_past_static_budget_dynamic_x_tile():
