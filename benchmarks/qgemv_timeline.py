@@ -105,8 +105,8 @@ def _cu_tag(cu) -> str:
 
 def build(p, glu: bool, rows: int = 1):
     """(kernel, nt): the instrumented register-ring kernel of swept plan ``p`` for launches of ``rows`` rows (1-8,
-    one n-tile with bf16-only x: xh 2 for 1-4 rows, 1 for 5-8), launch bounds as ``qgemv.get_kernel`` gives the
-    one-n-tile kernels."""
+    one n-tile with bf16-only x: xh 2 for 1-4 rows, 1 for 5-8; 9-16, two n-tiles, under ``qgemv.rows16_on``, at
+    ``depth_for``'s depth), launch bounds as ``qgemv.get_kernel`` gives the one-n-tile kernels."""
     from numba import cuda
 
     from tensorfold.kernels import qgemv as Q
@@ -114,13 +114,14 @@ def build(p, glu: bool, rows: int = 1):
 
     gtimer, smid = _intrinsics()
     nt, xm = Q.nt_for(rows, p.xh), Q.xmode(rows, p.xh)
-    assert nt == 1, "the timeline takes one-n-tile launches (bf16-only x, at most 8 rows)"
+    assert rows <= (16 if p.xh and Q.rows16_on() else 8), "a launch takes at most 8 rows (16 with bf16 x, R16 on)"
     cu = Q.unroll_for(glu, p.ks)  # the unroll and the predicated loads the runtime's launch takes
     cp = Q.cpred_for(xm) and not glu and Q.cmp_mode() == 2
     rl = Q.rst_mode() == "late"
-    name = (f"tlq_{p.out}x{p.inp}_{int(glu)}_r{rows}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
+    depth = p.depth_for(nt)
+    name = (f"tlq_{p.out}x{p.inp}_{int(glu)}_r{rows}_d{depth}_c{Q.cmp_mode()}_e{Q.pre_mode()}_q{int(Q.xq_on())}"
             f"_v{_cu_tag(cu)}{'_cp' if cp else ''}{'' if rl else '_re'}")
-    src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, 0, p.pb, 0, 0, 1, glu, False,
+    src = Q._gen_source(name, p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, depth, 0, p.pb, 0, 0, 1, glu, False,
                         True, xm, False, Q.cmp_mode(), Q.pre_mode(), Q.xq_on(), cu, None, cp, rl)
     src = single_assignment(instrument(src, p.nw))
     glb = {k: getattr(Q, k) for k in ("mma_bf16", "pack_bf16x2", "split_bf16x2", "bf16_to_f32", "_bf_hi", "ld_w1",
@@ -131,7 +132,7 @@ def build(p, glu: bool, rows: int = 1):
     exec(compile(src, f"<tl:{name}>", "exec"), glb)
     fn = glb[name]
     fn.__module__ = "tensorfold.kernels.qgemv"
-    kw = {"launch_bounds": (32 * p.nw, 3)} if Q._lb_on() else {}
+    kw = {"launch_bounds": (32 * p.nw, 3)} if Q._lb_on() and nt == 1 else {}
     try:
         k = cuda.jit(**kw)(fn)
     except TypeError:
@@ -212,7 +213,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default="24576x4096g,24576x4096,4096x12288,34816x5120g,5120x17408,12352x4096",
                     help="OUTxIN, a trailing g: the SwiGLU epilogue form")
     ap.add_argument("--n", type=int, default=24, help="launches in a graph")
-    ap.add_argument("--rows", default="1", help="comma-separated row counts (1-8) to time each shape at")
+    ap.add_argument("--rows", default="1", help="comma-separated row counts (1-8, or 1-16 under "
+                    "TENSORFOLD_GEMV3_R16) to time each shape at")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk

@@ -1508,6 +1508,13 @@ class V3Plan:
         nw, pf, gx = self.pf_geom(nt)
         return nw, pf, gx, 32 * max(nw, self.nwp), self.smem_bytes(nt, nw, pf)[1]
 
+    def depth_for(self, nt: int) -> int:
+        """iterations of weight loads in flight a warp for a launch of ``nt`` n-tiles: the plan's, but
+        ``nt2_depth`` for 16-row (two-n-tile bf16-x, register-ring) launches"""
+        if nt == 2 and self.xh and not (self.pf or self.stages_for(nt)):
+            return max(self.depth, min(nt2_depth(), self.cg // self.u))  # at most a chunk's iterations
+        return self.depth
+
     def stages_for(self, nt: int) -> int:
         """the ring depth a launch of ``nt`` n-tiles uses (0: the register ring); the ring must fit beside the
         x fragments in 48 KB of static shared memory, so two-n-tile launches keep the register ring"""
@@ -1870,6 +1877,14 @@ def nt2_occ() -> int:
     return int(env_choice("TENSORFOLD_GEMV3_NT2OCC", "2", ("2", "3"), "qgemv 16-row blocks an SM"))
 
 
+def nt2_depth() -> int:
+    """``TENSORFOLD_GEMV3_NT2DEPTH``: weight-load iterations in flight a warp in 16-row launches (default 1, the
+    plans' depth). At 2 blocks an SM a 16-row launch has two thirds of an 8-row launch's warps, hence of its loads in
+    flight; depth 2 doubles a warp's. ptxas sm_90, 9B shapes: plain 190 -> 184 registers, SwiGLU 176 -> 249, no
+    spills, so still 2 blocks an SM. Load scheduling only: the same bits. Opt-in until timed (session 51)."""
+    return int(env_choice("TENSORFOLD_GEMV3_NT2DEPTH", "1", ("1", "2"), "qgemv 16-row load depth"))
+
+
 def _launch_rows(p: "V3Plan", R: int, ws, out: int, defer: bool, nrm) -> int:
     """Rows a launch takes: 16 where ``rows16_on`` and the plan allows it (bf16-only x on the register ring, no
     deferred completion, no fused norm, a workspace of min(R, 16) rows when ks > 1), else 8."""
@@ -1960,8 +1975,8 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
             k = get_kernel(p.bits, p.group, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp, glu=glu, nrm=nrm)
         else:
             xm, st = xmode(n, p.xh), p.stages_for(nt)
-            k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth, st, p.pb, p.maxreg_for(nt), glu=glu,
-                           sw=bool(p.sw), xh=xm, defer=defer, nrm=nrm, cmpu=unroll_for(glu, p.ks))
+            k = get_kernel(p.bits, p.group, nt, p.nw, p.mt, p.cg, p.u, p.depth_for(nt), st, p.pb, p.maxreg_for(nt),
+                           glu=glu, sw=bool(p.sw), xh=xm, defer=defer, nrm=nrm, cmpu=unroll_for(glu, p.ks))
             gx, tpb = p.grid_x(nt), p.tpb
             dyn = xb_bytes(p.group, p.cg, nt) if xb_dynamic(p.group, p.cg, nt, xm, st) else 0
         cfg = k[(gx, p.ks), tpb, stream, dyn]
@@ -2039,11 +2054,12 @@ def _specs():
     for xm in (1, 2):
         add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
                        cmpu=unroll_for(True, p.ks)))
-    # 9-16 rows a launch (opt-in, TENSORFOLD_GEMV3_R16=1): two n-tiles of 8 bf16-x rows at 9B gate+up, plain and
-    # SwiGLU
-    for glu in (False, True):
-        add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=1,
-                       cmpu=unroll_for(glu, p.ks)), is_hot=False)
+    # 9-16 rows a launch (the default, TENSORFOLD_GEMV3_R16): two n-tiles of 8 bf16-x rows at 9B gate+up, plain
+    # and SwiGLU, at the plan's depth and at depth 2 (opt-in, TENSORFOLD_GEMV3_NT2DEPTH=2)
+    for depth in (p.depth, 2):
+        for glu in (False, True):
+            add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, depth, glu=glu, sw=True, xh=1,
+                           cmpu=unroll_for(glu, p.ks)), is_hot=False)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)

@@ -453,10 +453,10 @@ def test_bf16_x_swept_and_glu_same_bits(ks):
 @pytest.mark.parametrize("ks,glu", [(1, False), (2, False), (2, True)])
 def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
     """``TENSORFOLD_GEMV3_R16=1`` (the default): a bf16-x launch takes 9-16 rows as two n-tiles of 8 (one weight
-    read). 13 rows (one launch of 13) against ``TENSORFOLD_GEMV3_R16=0``'s launches of 8 + 5 and against one-row launches, bit for bit, on the
-    swept layout, plain and with the SwiGLU epilogue, with one K chunk and two. The launches are counted by n-tiles
-    (the 13-row launch must be one two-n-tile launch), the counters end at zero, and the plain outputs meet the
-    float64 oracle on bf16-rounded x (``_ref``'s bound)."""
+    read). 13 rows (one launch of 13) against ``TENSORFOLD_GEMV3_R16=0``'s launches of 8 + 5 and against one-row
+    launches, bit for bit, on the swept layout, plain and with the SwiGLU epilogue, with one K chunk and two. The
+    launches are counted by n-tiles (the 13-row launch must be one two-n-tile launch), the counters end at zero, and
+    the plain outputs meet the float64 oracle on bf16-rounded x (``_ref``'s bound)."""
     bits, group, u, out, K, rows = 4, 64, 4, 96, 512, 13
     P, S, B = _case(bits, group, out, K)
     cg = K // group // ks
@@ -487,6 +487,35 @@ def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
     if not glu:
         _check(y16, *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
     assert not Q.counters().any()
+
+
+@pytest.mark.parametrize("glu", [False, True])
+def test_sixteen_row_launch_depth_two_same_bits(monkeypatch, glu):
+    """``TENSORFOLD_GEMV3_NT2DEPTH=2``: a 16-row launch keeps two iterations of weight loads in flight a warp
+    (across tile boundaries: one block, so each warp walks three tiles) and gives the bits of depth 1, 13 rows,
+    plain and SwiGLU; the launch must be one two-n-tile launch at depth 2."""
+    bits, group, u, out, K, rows = 4, 64, 4, 96, 512, 13
+    P, S, B = _case(bits, group, out, K)
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=K // group, u=u, depth=1, blocks=1, xh=1)
+    assert base.ks == 1 and base.per == 2
+    p = dataclasses.replace(base, sw=2 if glu else 1)
+    W = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=base.per)
+    x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
+    seen = []
+    real = Q.get_kernel
+    monkeypatch.setattr(Q, "get_kernel", lambda *a, **k: (seen.append((a[2], a[7])), real(*a, **k))[1])
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "1")
+    ys = {}
+    for depth in ("2", "1"):
+        monkeypatch.setenv("TENSORFOLD_GEMV3_NT2DEPTH", depth)
+        y = np.full((rows, out // 2 if glu else out), np.nan, np.float32)
+        Q.launch(W, S, B, x, y, p, rows, glu=glu)
+        assert not np.isnan(y).any(), f"NaN / unwritten output at depth {depth}"
+        ys[depth] = y
+    assert seen == [(2, 2), (2, 1)], f"(n-tiles, depth) of the launches: {seen}"
+    assert np.array_equal(ys["2"].view(np.uint32), ys["1"].view(np.uint32))
+    if not glu:
+        _check(ys["2"], *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
 
 
 def test_sixteen_row_launch_policy(monkeypatch):
@@ -521,6 +550,10 @@ def test_sixteen_row_launch_grid(monkeypatch):
     assert dataclasses.replace(p, xh=0).grid_x(2) * p.ks == 3 * Q.SMS
     monkeypatch.setenv("TENSORFOLD_GEMV3_NT2OCC", "3")
     assert p.grid_x(2) * p.ks == 3 * Q.SMS
+    assert p.depth_for(2) == 1 and p.depth_for(1) == 1
+    monkeypatch.setenv("TENSORFOLD_GEMV3_NT2DEPTH", "2")
+    assert p.depth_for(2) == 2 and p.depth_for(1) == 1
+    assert dataclasses.replace(p, cg=4).depth_for(2) == 1, "at most a chunk's iterations"
     monkeypatch.setenv("TENSORFOLD_GEMV3_NT2OCC", "4")
     with pytest.raises(ValueError, match="TENSORFOLD_GEMV3_NT2OCC"):
         p.grid_x(2)
