@@ -2054,12 +2054,13 @@ def _specs():
     for xm in (1, 2):
         add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
                        cmpu=unroll_for(True, p.ks)))
-    # 9-16 rows a launch (the default, TENSORFOLD_GEMV3_R16): two n-tiles of 8 bf16-x rows at 9B gate+up, plain
-    # and SwiGLU, at the plan's depth and at depth 2 (opt-in, TENSORFOLD_GEMV3_NT2DEPTH=2)
+    # 9-16 rows a launch (the default, TENSORFOLD_GEMV3_R16; hot: decode at 9-16 streams and past): two n-tiles of
+    # 8 bf16-x rows at 9B gate+up, plain and SwiGLU, at the plan's depth and at depth 2 (opt-in,
+    # TENSORFOLD_GEMV3_NT2DEPTH=2)
     for depth in (p.depth, 2):
         for glu in (False, True):
             add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, depth, glu=glu, sw=True, xh=1,
-                           cmpu=unroll_for(glu, p.ks)), is_hot=False)
+                           cmpu=unroll_for(glu, p.ks)), is_hot=depth == p.depth)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)
