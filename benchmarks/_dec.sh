@@ -9,6 +9,8 @@
 #   since $t0, and packs.
 # - `ptest NAME TIMEOUT pytest-args...` runs one GPU-tier pytest process into $R/NAME.txt with its own kernel cache
 #   (several may run side by side with `&` and `wait`: compiles are CPU-bound; nothing they do is timed).
+# - `begin NAME [GEOMETRY...]`: `out_dir NAME`, t0 and LIMIT (default 540), the GPU's name into $R/gpu.txt, and the
+#   synth checkpoints of the geometries written in the background (`wait` for them before a decode benchmark).
 set -u
 export TENSORFOLD_CACHE_DIR=${TENSORFOLD_CACHE_DIR:-/tmp/tfkc}
 out_dir() {
@@ -48,4 +50,12 @@ full() {
     timeout "$tmo" python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8,32 \
         --prompts 512,4096,16384 --steps 100 "$@" --out "$R/full_$g.md" > "$R/full_$g.txt" 2>&1
     echo "== full $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \|prompt \|passed\|failed\|rror" "$R/full_$g.txt" | cut -c1-150 | head -20; pack
+}
+begin() {
+    out_dir "$1"; shift
+    t0=$SECONDS
+    LIMIT=${LIMIT:-540}
+    nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader > "$R/gpu.txt"; cat "$R/gpu.txt"
+    [ $# -gt 0 ] && { synth_all /tmp/tfm "$@" > /dev/null 2>&1 & }
+    return 0
 }

@@ -10,11 +10,7 @@
 #     (never timed at 27B). Predicted 9B 32 streams 2,825 -> 3,100-3,400 tok/s on an H100.
 # (4) issue 3's floor table (`--floor`) at 9B / 27B: never run on the H200 (session 51 ran it on the H100).
 . benchmarks/_dec.sh
-out_dir s52a
-t0=$SECONDS
-LIMIT=${LIMIT:-540}
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader > "$R/gpu.txt"; cat "$R/gpu.txt"
-synth_all /tmp/tfm 9b 27b > /dev/null 2>&1 &
+begin s52a 9b 27b
 TENSORFOLD_GEMV3_NT2DEPTH=2 ptest d2 150 tests/kernels/test_gpu_qgemv.py -k sixteen -s
 for d in 1 2; do
     mkdir -p "$R/kern_d$d"
