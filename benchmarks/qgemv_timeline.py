@@ -105,8 +105,9 @@ def _cu_tag(cu) -> str:
 
 def build(p, glu: bool, rows: int = 1):
     """(kernel, nt): the instrumented register-ring kernel of swept plan ``p`` for launches of ``rows`` rows (1-8,
-    one n-tile with bf16-only x: xh 2 for 1-4 rows, 1 for 5-8; 9-16, two n-tiles, under ``qgemv.rows16_on``, at
-    ``depth_for``'s depth), launch bounds as ``qgemv.get_kernel`` gives the one-n-tile kernels."""
+    one n-tile with bf16-only x: xh 2 for 1-4 rows, 1 for 5-8; 9-16, two n-tiles, under ``qgemv.rows16_on``, and
+    17-32, four, under ``rows32_on``, at ``depth_for``'s depth), launch bounds as ``qgemv.get_kernel`` gives the
+    one-n-tile kernels."""
     from numba import cuda
 
     from tensorfold.kernels import qgemv as Q
@@ -114,7 +115,8 @@ def build(p, glu: bool, rows: int = 1):
 
     gtimer, smid = _intrinsics()
     nt, xm = Q.nt_for(rows, p.xh), Q.xmode(rows, p.xh)
-    assert rows <= (16 if p.xh and Q.rows16_on() else 8), "a launch takes at most 8 rows (16 with bf16 x, R16 on)"
+    most = 8 if not (p.xh and Q.rows16_on()) else (32 if Q.rows32_on() else 16)
+    assert rows <= most, f"a launch takes at most {most} rows here (16 with bf16 x under R16, 32 under R32 too)"
     cu = Q.unroll_for(glu, p.ks)  # the unroll and the predicated loads the runtime's launch takes
     cp = Q.cpred_for(xm) and not glu and Q.cmp_mode() == 2
     rl = Q.rst_mode() == "late"
@@ -213,8 +215,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default="24576x4096g,24576x4096,4096x12288,34816x5120g,5120x17408,12352x4096",
                     help="OUTxIN, a trailing g: the SwiGLU epilogue form")
     ap.add_argument("--n", type=int, default=24, help="launches in a graph")
-    ap.add_argument("--rows", default="1", help="comma-separated row counts (1-8, or 1-16 under "
-                    "TENSORFOLD_GEMV3_R16) to time each shape at")
+    ap.add_argument("--rows", default="1", help="comma-separated row counts (1-8; 1-16 under "
+                    "TENSORFOLD_GEMV3_R16, the default; 1-32 under TENSORFOLD_GEMV3_R32) to time each shape at")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import bench_kernels as bk

@@ -1546,7 +1546,7 @@ class V3Plan:
             return self.pf_geom(nt)[2]
         ntile = -(-self.out // (16 * self.mt))
         blocks = self.occ1 * SMS if (self.occ1 and nt == 1) else self.blocks
-        if nt == 2 and self.xh:  # 16-row launches: as many blocks as are resident at once (no second wave)
+        if nt >= 2 and self.xh:  # 16- and 32-row launches: the blocks resident at once (no second wave)
             blocks = min(blocks, nt2_occ() * SMS)
         return max(1, min(-(-ntile // self.nw), blocks // self.ks))
 
@@ -1854,8 +1854,10 @@ def new_counters():
 
 def nt_for(R: int, xh: bool = False) -> int:
     """n-tiles of a launch of R <= 8 rows (4 rows, hi and lo columns each, an n-tile; with ``xh`` 8 rows; with
-    ``xh``, 9-16 rows are two n-tiles of 8 under ``rows16_on``)"""
-    return 1 if R <= (8 if xh else 4) else 2
+    ``xh``, 9-16 rows are two n-tiles of 8 under ``rows16_on``, 17-32 four under ``rows32_on``)"""
+    if R <= (8 if xh else 4):
+        return 1
+    return 2 if R <= 16 or not xh else 4
 
 
 def rows16_on() -> bool:
@@ -1869,9 +1871,17 @@ def rows16_on() -> bool:
     return env_choice("TENSORFOLD_GEMV3_R16", "1", ("0", "1"), "qgemv rows a launch") == "1"
 
 
+def rows32_on() -> bool:
+    """``TENSORFOLD_GEMV3_R32`` (read at each launch, with ``rows16_on``): 1 lets a bf16-x launch take 17-32 rows,
+    four n-tiles of 8 (``_gen_source(nt=4, xh=1)``), so a 32-stream step reads each weight once; 0 (the default
+    until timed) stops at 16. The same bits, as for 16 rows. ptxas sm_90 at 9B: plain 180, SwiGLU 200 registers, no
+    spills (2 blocks an SM, ``nt2_occ``); 64 KB of x fragments a block in dynamic shared memory at cg 16."""
+    return env_choice("TENSORFOLD_GEMV3_R32", "0", ("0", "1"), "qgemv rows a launch past 16") == "1"
+
+
 def nt2_occ() -> int:
-    """``TENSORFOLD_GEMV3_NT2OCC``: blocks an SM a 16-row (two-n-tile bf16-x) launch is sized for. The kernel takes
-    190 registers at the 9B gate+up (ptxas sm_90), so 2 of the plan's 3 blocks of 128 threads fit; at 3 the
+    """``TENSORFOLD_GEMV3_NT2OCC``: blocks an SM a 16- or 32-row (two- or four-n-tile bf16-x) launch is sized for.
+    The kernels take 180-200 registers at 9B (ptxas sm_90), so 2 of the plan's 3 blocks of 128 threads fit; at 3 the
     launch's last third ran as a second wave (session 51: a 16-row launch cost more than two 8-row ones). The launch
     geometry only, never the chunking: the same bits."""
     return int(env_choice("TENSORFOLD_GEMV3_NT2OCC", "2", ("2", "3"), "qgemv 16-row blocks an SM"))
@@ -1887,17 +1897,19 @@ def nt2_depth() -> int:
 
 def _launch_rows(p: "V3Plan", R: int, ws, out: int, defer: bool, nrm) -> int:
     """Rows a launch takes: 16 where ``rows16_on`` and the plan allows it (bf16-only x on the register ring, no
-    deferred completion, no fused norm, a workspace of min(R, 16) rows when ks > 1), else 8."""
-    if (R > 8 and rows16_on() and p.xh and not (p.pf or p.stages or defer or nrm)
-            and (p.ks == 1 or ws.size >= p.ks * min(R, 16) * out)):
-        return 16
+    deferred completion, no fused norm, a workspace of min(R, 16) rows when ks > 1), 32 past 16 rows where
+    ``rows32_on`` too and the workspace holds min(R, 32) rows, else 8."""
+    if R > 8 and rows16_on() and p.xh and not (p.pf or p.stages or defer or nrm):
+        for n in ((32, 16) if R > 16 and rows32_on() else (16,)):
+            if p.ks == 1 or ws.size >= p.ks * min(R, n) * out:
+                return n
     return 8
 
 
 def xmode(R: int, xh: bool) -> int:
     """``_gen_source``'s x form for a launch of R <= 8 rows: 0 hi + lo; with bf16-only x, 2 (zero lo columns, the
-    hi + lo loop) for 1-4 rows and 1 (8 rows an n-tile) for 5-8, and for 9-16 under ``rows16_on`` (the same bits a
-    row either way)"""
+    hi + lo loop) for 1-4 rows and 1 (8 rows an n-tile) for 5-8, and for 9-32 under ``rows16_on`` /
+    ``rows32_on`` (the same bits a row either way)"""
     return 0 if not xh else (2 if R <= 4 else 1)
 
 
@@ -1929,12 +1941,13 @@ def defer_ok(p, R: int, glu: bool = False) -> bool:
 
 
 def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=None, defer=False, norm=None):
-    """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows, or 16 under ``rows16_on`` (a column's
-    arithmetic does not depend on the others, so any split gives the same bits). ``ws``: float32 holding at least
-    ``ks * min(R, 8) * out`` values when ks > 1 (the chunks' partial sums; the launches reuse it in turn; 16-row
-    launches need ``ks * min(R, 16) * out``, else they stay at 8 rows). ``glu``: W is a fused gate | up weight
-    (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate, up)`` (see ``_gen_source``). ``cnt``: the
-    arrival counters (default: the shared :func:`counters`; see :func:`new_counters`). ``defer`` (ks > 1, at most 8
+    """y[:R] = x[:R] @ dequant(W, S, B).T: launches of up to 8 rows, or 16 under ``rows16_on``, or 32 under
+    ``rows32_on`` too (a column's arithmetic does not depend on the others, so any split gives the same bits).
+    ``ws``: float32 holding at least ``ks * min(R, 8) * out`` values when ks > 1 (the chunks' partial sums; the
+    launches reuse it in turn; 16- / 32-row launches need ``ks * min(R, 16 / 32) * out``, else they take fewer).
+    ``glu``: W is a fused gate | up weight (``out = 2 I``, ``I % 8 == 0``) and ``y [R, I]`` gets ``swiglu(gate,
+    up)`` (see ``_gen_source``). ``cnt``: the arrival counters (default: the shared :func:`counters`; see
+    :func:`new_counters`). ``defer`` (ks > 1, at most 8
     rows, no epilogue, register-ring plans): the chunks' partial sums are left in ``ws [ks, R, out]`` and y is not
     written; a consumer adds them in chunk order (``norms.launch_add_rms_norm_parts``), the same fp32 adds in the
     same order as the in-kernel completion, so the same bits, without the completion's fence, arrival count and
@@ -2061,6 +2074,10 @@ def _specs():
         for glu in (False, True):
             add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, depth, glu=glu, sw=True, xh=1,
                            cmpu=unroll_for(glu, p.ks)), is_hot=depth == p.depth)
+    # 17-32 rows a launch (opt-in, TENSORFOLD_GEMV3_R32=1): four n-tiles of 8 at 9B gate+up, plain and SwiGLU
+    for glu in (False, True):
+        add(get_pyfunc(4, 64, 4, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=1,
+                       cmpu=unroll_for(glu, p.ks)), is_hot=False)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)

@@ -450,17 +450,14 @@ def test_bf16_x_swept_and_glu_same_bits(ks):
     assert not Q.counters().any()
 
 
-@pytest.mark.parametrize("ks,glu", [(1, False), (2, False), (2, True)])
-def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
-    """``TENSORFOLD_GEMV3_R16=1`` (the default): a bf16-x launch takes 9-16 rows as two n-tiles of 8 (one weight
-    read). 13 rows (one launch of 13) against ``TENSORFOLD_GEMV3_R16=0``'s launches of 8 + 5 and against one-row
-    launches, bit for bit, on the swept layout, plain and with the SwiGLU epilogue, with one K chunk and two. The
-    launches are counted by n-tiles (the 13-row launch must be one two-n-tile launch), the counters end at zero, and
-    the plain outputs meet the float64 oracle on bf16-rounded x (``_ref``'s bound)."""
-    bits, group, u, out, K, rows = 4, 64, 4, 96, 512, 13
+def _wide_launch_case(monkeypatch, ks, glu, rows, wide_env, narrow_env, want_wide, want_narrow):
+    """A launch of ``rows`` rows under ``wide_env`` against ``narrow_env``'s launches, and one-row launches, bit for
+    bit, on the swept layout (out 96, K 512, ``ks`` chunks, plain or SwiGLU); the launches' n-tiles must be
+    ``want_wide`` / ``want_narrow``; the plain outputs meet the float64 oracle on bf16-rounded x (``_ref``'s bound);
+    the arrival counters end at zero."""
+    bits, group, u, out, K = 4, 64, 4, 96, 512
     P, S, B = _case(bits, group, out, K)
-    cg = K // group // ks
-    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=cg, u=u, depth=1, blocks=4, xh=1)
+    base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=K // group // ks, u=u, depth=1, blocks=4, xh=1)
     p = dataclasses.replace(base, sw=2 if glu else 1)
     W = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=base.per)
     x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
@@ -468,25 +465,43 @@ def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
     real = Q.get_kernel
     monkeypatch.setattr(Q, "get_kernel", lambda *a, **k: (seen.append(a[2]), real(*a, **k))[1])
 
-    def go(xr, r16):
-        monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "1" if r16 else "0")
+    def go(xr, env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
         R = xr.shape[0]
         y = np.full((R, out // 2 if glu else out), np.nan, np.float32)
         Q.launch(W, S, B, xr, y, p, R, ws=np.full((ks, R, out), np.nan, np.float32), glu=glu)
         assert not np.isnan(y).any(), "NaN / unwritten output"
         return y
 
-    y16 = go(x, True)
-    assert seen == [2], f"n-tiles of the launches: {seen}"
+    yw = go(x, wide_env)
+    assert seen == want_wide, f"n-tiles of the launches: {seen}"
     seen.clear()
-    y8 = go(x, False)
-    assert seen == [1, 1], f"n-tiles of the launches: {seen}"
-    assert np.array_equal(y16.view(np.uint32), y8.view(np.uint32))
+    yn = go(x, narrow_env)
+    assert seen == want_narrow, f"n-tiles of the launches: {seen}"
+    assert np.array_equal(yw.view(np.uint32), yn.view(np.uint32))
     for r in (0, 8, rows - 1):
-        assert np.array_equal(go(x[r:r + 1], True).view(np.uint32), y16[r:r + 1].view(np.uint32)), f"row {r}"
+        assert np.array_equal(go(x[r:r + 1], wide_env).view(np.uint32), yw[r:r + 1].view(np.uint32)), f"row {r}"
     if not glu:
-        _check(y16, *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
+        _check(yw, *_ref(bf16.to_f32(bf16.from_f32(x)), P, S, B, bits, group))
     assert not Q.counters().any()
+
+
+@pytest.mark.parametrize("ks,glu", [(1, False), (2, False), (2, True)])
+def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
+    """``TENSORFOLD_GEMV3_R16=1`` (the default): a bf16-x launch takes 9-16 rows as two n-tiles of 8 (one weight
+    read). 13 rows in one two-n-tile launch against ``TENSORFOLD_GEMV3_R16=0``'s launches of 8 + 5 and against
+    one-row launches, plain and SwiGLU, one K chunk and two."""
+    _wide_launch_case(monkeypatch, ks, glu, 13, {"TENSORFOLD_GEMV3_R16": "1"}, {"TENSORFOLD_GEMV3_R16": "0"},
+                      [2], [1, 1])
+
+
+@pytest.mark.parametrize("ks,glu", [(1, False), (2, True)])
+def test_thirty_two_row_launches_same_bits(monkeypatch, ks, glu):
+    """``TENSORFOLD_GEMV3_R32=1`` (opt-in): 17-32 rows in one launch of four n-tiles of 8. 29 rows against the
+    default's launches of 16 + 13 and against one-row launches, plain and SwiGLU."""
+    _wide_launch_case(monkeypatch, ks, glu, 29, {"TENSORFOLD_GEMV3_R32": "1"}, {"TENSORFOLD_GEMV3_R32": "0"},
+                      [4], [2, 2])
 
 
 @pytest.mark.parametrize("glu", [False, True])
@@ -534,6 +549,17 @@ def test_sixteen_row_launch_policy(monkeypatch):
     assert Q._launch_rows(p, 12, ws, 96, True, None) == 8
     monkeypatch.delenv("TENSORFOLD_GEMV3_R16", raising=False)
     assert Q._launch_rows(p, 12, ws, 96, False, None) == 16, "on by default"
+    ws40 = np.zeros((2, 40, 96), np.float32)
+    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 16, "32-row launches are opt-in"
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R32", "1")
+    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 32
+    assert Q._launch_rows(p, 16, ws40, 96, False, None) == 16
+    assert Q._launch_rows(p, 40, np.zeros((2, 20, 96), np.float32), 96, False, None) == 16, "workspace of 20 rows"
+    assert [Q.nt_for(r, True) for r in (4, 8, 9, 16, 17, 32)] == [1, 1, 2, 2, 4, 4]
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "0")
+    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 8, "R32 takes R16"
+    monkeypatch.delenv("TENSORFOLD_GEMV3_R32")
+    monkeypatch.delenv("TENSORFOLD_GEMV3_R16")
     monkeypatch.setenv("TENSORFOLD_GEMV3_R16", "2")
     with pytest.raises(ValueError, match="TENSORFOLD_GEMV3_R16"):
         Q._launch_rows(p, 12, ws, 96, False, None)
