@@ -20,8 +20,9 @@ flight. This kernel spends about 60 (ptxas / nvdisasm on the sm_90 build):
   (session 15: 915 SASS instructions before the loop instead of 2,228; 136 registers at one n-tile instead of 168).
 - **hi and lo are two columns of B.** Batch row ``r`` of an n-tile owns columns ``2r`` (hi) and ``2r + 1`` (lo),
   so one mma per k-step serves up to 4 rows with fp32-class x; the two C columns are added in the epilogue.
-  Launches take up to 8 rows (two n-tiles); 9-16 rows are two launches (with bf16-only x, one launch of two
-  n-tiles of 8 under ``TENSORFOLD_GEMV3_R16=1``, opt-in: ``rows16_on``).
+  Launches take up to 8 rows (two n-tiles); 9-16 rows are two launches. With bf16-only x an n-tile holds 8 rows:
+  9-16 rows are one launch of two n-tiles (``rows16_on``, the default) and 17-32 one of four (``rows32_on``,
+  opt-in).
 - **Codes stay offset by 128.** A 2- or 4-bit code or'ed into the mantissa of bf16 128 reads as ``128 + q``
   exactly (one ``lop3`` a pair, the magic held in a register); the epilogue uses ``acc += s * D + (b - 128 s) *
   sum_x`` with ``D = dot(128 + q, x)``. Because ``sum_x`` is taken over the same hi + lo values the mma sees, the
@@ -1884,7 +1885,7 @@ def nt2_occ() -> int:
     The kernels take 180-200 registers at 9B (ptxas sm_90), so 2 of the plan's 3 blocks of 128 threads fit; at 3 the
     launch's last third ran as a second wave (session 51: a 16-row launch cost more than two 8-row ones). The launch
     geometry only, never the chunking: the same bits."""
-    return int(env_choice("TENSORFOLD_GEMV3_NT2OCC", "2", ("2", "3"), "qgemv 16-row blocks an SM"))
+    return int(env_choice("TENSORFOLD_GEMV3_NT2OCC", "2", ("2", "3"), "qgemv 16- / 32-row blocks an SM"))
 
 
 def nt2_depth() -> int:

@@ -380,7 +380,7 @@ def test_swiglu_completion_sets(label, out, inp, monkeypatch):
 
 @pytest.mark.parametrize("label,out,inp", [("9B gate|up", 24576, 4096), ("27B down", 5120, 17408)])
 @pytest.mark.parametrize("env,rows", [("TENSORFOLD_GEMV3_R16", (16, 13)), ("TENSORFOLD_GEMV3_R32", (32, 29))])
-def test_sixteen_row_launches_real_shapes(label, out, inp, env, rows, monkeypatch):
+def test_wide_row_launches_real_shapes(label, out, inp, env, rows, monkeypatch):
     """``TENSORFOLD_GEMV3_R16=1`` (bf16 x, 9-16 rows in one two-n-tile launch) at real shapes, on the swept layout
     the runtime reads: 16 and 13 rows equal launches of 8 + 8 / 8 + 5 (``=0``) bit for bit, and meet the float64
     oracle on bf16-rounded x; at 9B gate+up also with the SwiGLU epilogue (bit-equal to the 8-row launches). The

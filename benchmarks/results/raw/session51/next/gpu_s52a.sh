@@ -15,8 +15,8 @@
 # (4) with what is left, issue 3's floor table at 9B / 27B (never run on an H200).
 . benchmarks/_dec.sh
 begin s52a 9b 27b
-ptest bits 200 tests/kernels/test_gpu_qgemv.py -k sixteen -s &
-TENSORFOLD_GEMV3_NT2DEPTH=2 ptest d2 200 tests/kernels/test_gpu_qgemv.py -k "sixteen and R16" -s &
+ptest bits 200 tests/kernels/test_gpu_qgemv.py -k wide_row -s &
+TENSORFOLD_GEMV3_NT2DEPTH=2 ptest d2 200 tests/kernels/test_gpu_qgemv.py -k "wide_row and R16" -s &
 wait  # the tests and the synth checkpoints
 echo "== tests at $((SECONDS - t0)) s"
 kern() {  # kern NAME ROWS [VAR=VALUE...]: the 9B decode GEMVs at ROWS under those switches
