@@ -498,15 +498,15 @@ def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
 
 @pytest.mark.parametrize("ks,glu", [(1, False), (2, True)])
 def test_thirty_two_row_launches_same_bits(monkeypatch, ks, glu):
-    """``TENSORFOLD_GEMV3_R32=1`` (opt-in): 17-32 rows in one launch of four n-tiles of 8. 29 rows against the
-    default's launches of 16 + 13 and against one-row launches, plain and SwiGLU."""
+    """``TENSORFOLD_GEMV3_R32=1`` (the default): 17-32 rows in one launch of four n-tiles of 8. 29 rows against
+    ``TENSORFOLD_GEMV3_R32=0``'s launches of 16 + 13 and against one-row launches, plain and SwiGLU."""
     _wide_launch_case(monkeypatch, ks, glu, 29, {"TENSORFOLD_GEMV3_R32": "1"}, {"TENSORFOLD_GEMV3_R32": "0"},
                       [4], [2, 2])
 
 
 @pytest.mark.parametrize("glu", [False, True])
 def test_sixteen_row_launch_depth_two_same_bits(monkeypatch, glu):
-    """``TENSORFOLD_GEMV3_NT2DEPTH=2``: a 16-row launch keeps two iterations of weight loads in flight a warp
+    """``TENSORFOLD_GEMV3_NT2DEPTH=2`` (the default): a 16-row launch keeps two iterations of weight loads in flight a warp
     (across tile boundaries: one block, so each warp walks three tiles) and gives the bits of depth 1, 13 rows,
     plain and SwiGLU; the launch must be one two-n-tile launch at depth 2."""
     bits, group, u, out, K, rows = 4, 64, 4, 96, 512, 13
@@ -550,7 +550,9 @@ def test_sixteen_row_launch_policy(monkeypatch):
     monkeypatch.delenv("TENSORFOLD_GEMV3_R16", raising=False)
     assert Q._launch_rows(p, 12, ws, 96, False, None) == 16, "on by default"
     ws40 = np.zeros((2, 40, 96), np.float32)
-    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 16, "32-row launches are opt-in"
+    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 32, "32-row launches by default"
+    monkeypatch.setenv("TENSORFOLD_GEMV3_R32", "0")
+    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 16
     monkeypatch.setenv("TENSORFOLD_GEMV3_R32", "1")
     assert Q._launch_rows(p, 40, ws40, 96, False, None) == 32
     assert Q._launch_rows(p, 16, ws40, 96, False, None) == 16
@@ -576,6 +578,9 @@ def test_sixteen_row_launch_grid(monkeypatch):
     assert dataclasses.replace(p, xh=0).grid_x(2) * p.ks == 3 * Q.SMS
     monkeypatch.setenv("TENSORFOLD_GEMV3_NT2OCC", "3")
     assert p.grid_x(2) * p.ks == 3 * Q.SMS
+    monkeypatch.delenv("TENSORFOLD_GEMV3_NT2DEPTH", raising=False)
+    assert p.depth_for(2) == 2 and p.depth_for(1) == 1, "depth 2 in 16-row launches by default"
+    monkeypatch.setenv("TENSORFOLD_GEMV3_NT2DEPTH", "1")
     assert p.depth_for(2) == 1 and p.depth_for(1) == 1
     monkeypatch.setenv("TENSORFOLD_GEMV3_NT2DEPTH", "2")
     assert p.depth_for(2) == 2 and p.depth_for(1) == 1
