@@ -21,8 +21,8 @@ flight. This kernel spends about 60 (ptxas / nvdisasm on the sm_90 build):
 - **hi and lo are two columns of B.** Batch row ``r`` of an n-tile owns columns ``2r`` (hi) and ``2r + 1`` (lo),
   so one mma per k-step serves up to 4 rows with fp32-class x; the two C columns are added in the epilogue.
   Launches take up to 8 rows (two n-tiles); 9-16 rows are two launches. With bf16-only x an n-tile holds 8 rows:
-  9-16 rows are one launch of two n-tiles (``rows16_on``, at load depth 2, ``nt2_depth``) and 17-32 one of four
-  (``rows32_on``); both are the defaults since session 52.
+  9-16 rows are one launch of two n-tiles (``rows16_on``, the default, at load depth 2, ``nt2_depth``) and 17-32
+  one of four (``rows32_on``, opt-in: it loses to two 16-row launches at depth 2).
 - **Codes stay offset by 128.** A 2- or 4-bit code or'ed into the mantissa of bf16 128 reads as ``128 + q``
   exactly (one ``lop3`` a pair, the magic held in a register); the epilogue uses ``acc += s * D + (b - 128 s) *
   sum_x`` with ``D = dot(128 + q, x)``. Because ``sum_x`` is taken over the same hi + lo values the mma sees, the
@@ -1874,11 +1874,13 @@ def rows16_on() -> bool:
 
 def rows32_on() -> bool:
     """``TENSORFOLD_GEMV3_R32`` (read at each launch, with ``rows16_on``): 1 lets a bf16-x launch take 17-32 rows,
-    four n-tiles of 8 (``_gen_source(nt=4, xh=1)``), so a 32-stream step reads each weight once (the default since
-    session 52: H100, 9B at 32 streams +7 %, 27B +11 %); 0 stops at 16. The same bits, as for 16 rows. ptxas sm_90
-    at 9B: plain 180, SwiGLU 200 registers, no spills (2 blocks an SM, ``nt2_occ``); 64 KB of x fragments a block in
-    dynamic shared memory at cg 16."""
-    return env_choice("TENSORFOLD_GEMV3_R32", "1", ("0", "1"), "qgemv rows a launch past 16") == "1"
+    four n-tiles of 8 (``_gen_source(nt=4, xh=1)``), so a 32-stream step reads each weight once; 0 (the default)
+    stops at 16. The same bits, as for 16 rows. ptxas sm_90 at 9B: plain 180, SwiGLU 200 registers, no spills (2
+    blocks an SM, ``nt2_occ``); 64 KB of x fragments a block in dynamic shared memory at cg 16. Session 52 (H100,
+    decode tok/s at 32 streams): against 16-row launches at depth 1 it won (9B +7 %, 27B +11 %), but against 16-row
+    launches at depth 2 (``nt2_depth``, the default) it ties at 9B (3,016 vs 3,040) and loses at 27B (871 vs 961);
+    it wins a little at 2B (8,192 vs 8,079). Depth 2 at four n-tiles reaches 255 registers and spills."""
+    return env_choice("TENSORFOLD_GEMV3_R32", "0", ("0", "1"), "qgemv rows a launch past 16") == "1"
 
 
 def nt2_occ() -> int:
@@ -1894,7 +1896,7 @@ def nt2_depth() -> int:
     session 52; 1 is the plans' depth). At 2 blocks an SM a 16-row launch has two thirds of an 8-row launch's warps,
     hence of its loads in flight; depth 2 doubles a warp's. ptxas sm_90, 9B shapes: plain 190 -> 184 registers,
     SwiGLU 176 -> 249, no spills, so still 2 blocks an SM. Load scheduling only: the same bits. H100, 9B at 16 rows:
-    in_proj 30.2 -> 27.7 us, gate+up 47.9 -> 42.9; decode at 16 streams +6 %."""
+    in_proj 30.2 -> 27.7 us, gate+up 47.9 -> 42.9; decode at 16 streams: 9B +7 %, 27B +19 %."""
     return int(env_choice("TENSORFOLD_GEMV3_NT2DEPTH", "2", ("1", "2"), "qgemv 16-row load depth"))
 
 
@@ -2077,11 +2079,10 @@ def _specs():
         for glu in (False, True):
             add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, depth, glu=glu, sw=True, xh=1,
                            cmpu=unroll_for(glu, p.ks)), is_hot=depth == 2)
-    # 17-32 rows a launch (the default, TENSORFOLD_GEMV3_R32; hot: decode at 17-32 streams): four n-tiles of 8 at
-    # 9B gate+up, plain and SwiGLU
+    # 17-32 rows a launch (opt-in, TENSORFOLD_GEMV3_R32=1): four n-tiles of 8 at 9B gate+up, plain and SwiGLU
     for glu in (False, True):
         add(get_pyfunc(4, 64, 4, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=1,
-                       cmpu=unroll_for(glu, p.ks)))
+                       cmpu=unroll_for(glu, p.ks)), is_hot=False)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)

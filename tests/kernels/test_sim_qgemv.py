@@ -498,8 +498,8 @@ def test_sixteen_row_launches_same_bits(monkeypatch, ks, glu):
 
 @pytest.mark.parametrize("ks,glu", [(1, False), (2, True)])
 def test_thirty_two_row_launches_same_bits(monkeypatch, ks, glu):
-    """``TENSORFOLD_GEMV3_R32=1`` (the default): 17-32 rows in one launch of four n-tiles of 8. 29 rows against
-    ``TENSORFOLD_GEMV3_R32=0``'s launches of 16 + 13 and against one-row launches, plain and SwiGLU."""
+    """``TENSORFOLD_GEMV3_R32=1`` (opt-in): 17-32 rows in one launch of four n-tiles of 8. 29 rows against the
+    default's launches of 16 + 13 and against one-row launches, plain and SwiGLU."""
     _wide_launch_case(monkeypatch, ks, glu, 29, {"TENSORFOLD_GEMV3_R32": "1"}, {"TENSORFOLD_GEMV3_R32": "0"},
                       [4], [2, 2])
 
@@ -550,9 +550,7 @@ def test_sixteen_row_launch_policy(monkeypatch):
     monkeypatch.delenv("TENSORFOLD_GEMV3_R16", raising=False)
     assert Q._launch_rows(p, 12, ws, 96, False, None) == 16, "on by default"
     ws40 = np.zeros((2, 40, 96), np.float32)
-    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 32, "32-row launches by default"
-    monkeypatch.setenv("TENSORFOLD_GEMV3_R32", "0")
-    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 16
+    assert Q._launch_rows(p, 40, ws40, 96, False, None) == 16, "32-row launches are opt-in"
     monkeypatch.setenv("TENSORFOLD_GEMV3_R32", "1")
     assert Q._launch_rows(p, 40, ws40, 96, False, None) == 32
     assert Q._launch_rows(p, 16, ws40, 96, False, None) == 16
