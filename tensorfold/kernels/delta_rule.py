@@ -1047,6 +1047,31 @@ k_chunk_inter = _kcache.kjit(gdn_chunk_inter)
 _K_INTER = {VS: k_chunk_inter}
 
 
+_K_STEP_CAP: dict = {}
+
+
+def step_regs() -> int:
+    """``TENSORFOLD_GDN_STEP_REGS`` (read at each launch; ``0`` the default, ``96``, ``80`` or ``64``): a register cap
+    for the lean step kernel (``gdn_step``: decode steps and committed windows of many streams). Uncapped, ptxas sm_90
+    gives it 127 registers, so 4 of its 128-thread blocks fit an SM; each block moves only an 8 KB state slice in and
+    out, one phase after another, so few blocks an SM leave DRAM idle between a block's loads. Capped at 96 / 80 /
+    64: 5 / 6 / 8 blocks an SM, with 96 / 160 / 232 bytes of spills a thread (ptxas, session 52). The same PTX, so
+    the same bits. Opt-in until timed (at 32 streams the 9B step kernel moved its 3.2 GB at 63 % of copy)."""
+    return int(env_choice("TENSORFOLD_GDN_STEP_REGS", "0", ("0", "96", "80", "64"), "GDN step register cap"))
+
+
+def _step_kernel():
+    """``k_step``, or its copy compiled under :func:`step_regs`'s cap (its own name, so the disk cache keeps both)."""
+    cap = step_regs()
+    if not cap or IS_SIM:  # the simulator has no registers to cap
+        return k_step
+    if cap not in _K_STEP_CAP:
+        fn = _make_recurrent(False)
+        fn.__name__ = fn.__qualname__ = f"gdn_step_r{cap}"
+        _K_STEP_CAP[cap] = _kcache.kjit(fn, max_registers=cap)
+    return _K_STEP_CAP[cap]
+
+
 def inter_width(width=None) -> int:
     """Value columns per inter-pass block: ``width``, else ``TENSORFOLD_CHUNK_INTER`` (read at each launch, for
     A/B runs in one process), else INTER_DEFAULT."""
@@ -1080,7 +1105,7 @@ def launch_recurrent(qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_sl
     if Dv % CPT or Dk > MAXDK:
         raise ValueError(f"launch_recurrent: needs Dv % {CPT} == 0 and Dk <= {MAXDK} (Dk {Dk}, Dv {Dv})")
     ns = seg_len.shape[0] if nseg is None else nseg
-    k = k_recurrent if log_d.shape[0] > 0 else k_step
+    k = k_recurrent if log_d.shape[0] > 0 else _step_kernel()
     cw, tail, xlog, z, nw, gn, cnt = _no_fuse()
     k[(Hv * ((Dv + SVS - 1) // SVS), ns), SNT, stream](
         qkv, a, b, A_log, dt_bias, state, seg_row0, seg_len, seg_slot, seg_commit, parent, o, log_k, log_d, log_a,

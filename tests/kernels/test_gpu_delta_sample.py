@@ -94,6 +94,36 @@ def test_step_vs_twin_and_alone(model, B):
     np.testing.assert_array_equal(st1[B - 1 - j], st[B - 1 - j])
 
 
+@pytest.mark.parametrize("cap", ["96", "80", "64"])
+def test_step_register_cap_same_bits(cap, monkeypatch):
+    """``TENSORFOLD_GDN_STEP_REGS`` (a register cap on the lean step kernel, for more blocks an SM): the 9B heads at
+    32 streams, outputs and states bit for bit equal to the uncapped kernel's (same PTX), and the float64 twin's
+    bound on a few streams."""
+    Hv, B = HV["9B"], 32
+    rng = np.random.default_rng(52 + int(cap))
+    qkv, a, b, A_log, dt_bias = _inputs(rng, B, Hv)
+    state = (rng.standard_normal((B, Hv, D, D)) * 0.1).astype(np.float32)
+    segs = [(i, 1, (i * 7) % B, 1) for i in range(B)]
+    runs = {}
+    for c in (cap, "0"):
+        monkeypatch.setenv("TENSORFOLD_GDN_STEP_REGS", c)
+        runs[c] = _rec(qkv, a, b, A_log, dt_bias, state, segs, -np.ones(B), log=False)
+    assert dr._K_STEP_CAP.get(int(cap)) is not None, "the capped kernel was not the one launched"
+    o, st = runs[cap]
+    assert not np.isnan(o).any()
+    np.testing.assert_array_equal(o, runs["0"][0])
+    np.testing.assert_array_equal(st, runs["0"][1])
+    x = qkv.astype(np.float64)
+    qn, kn = ops.gdn_prepare_qk(x[:, :HK * D].reshape(B, HK, D), x[:, HK * D:2 * HK * D].reshape(B, HK, D))
+    g, beta = ops.gdn_gates(a.astype(np.float64), b, A_log, dt_bias)
+    v = x[:, 2 * HK * D:].reshape(B, Hv, D)
+    for i in (0, 13, B - 1):
+        sl = (i * 7) % B
+        o_ref, s_ref = ops.delta_rule_step(state[sl].astype(np.float64), qn[i], kn[i], v[i], g[i], beta[i])
+        np.testing.assert_allclose(o[i], o_ref, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(st[sl], s_ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("model", ["2B", "27B"])
 def test_logged_window_equals_lean_steps(model):
     Hv = HV[model]

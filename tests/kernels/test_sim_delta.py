@@ -175,6 +175,20 @@ def test_lean_step_path_windows_and_misuse():
     np.testing.assert_array_equal(st_b, state)
 
 
+def test_step_register_cap_switch(monkeypatch):
+    """``TENSORFOLD_GDN_STEP_REGS`` (host policy; the cap itself is a GPU compile option, checked bit for bit in
+    ``test_gpu_delta_sample.py``): off by default, the listed caps accepted, anything else a ValueError naming the
+    variable, before any launch."""
+    monkeypatch.delenv("TENSORFOLD_GDN_STEP_REGS", raising=False)
+    assert dr.step_regs() == 0
+    for cap in ("96", "80", "64"):
+        monkeypatch.setenv("TENSORFOLD_GDN_STEP_REGS", cap)
+        assert dr.step_regs() == int(cap)
+    monkeypatch.setenv("TENSORFOLD_GDN_STEP_REGS", "48")
+    with pytest.raises(ValueError, match="TENSORFOLD_GDN_STEP_REGS"):
+        dr._step_kernel()
+
+
 @pytest.mark.parametrize("L", [5, 70])
 def test_chunked_vs_reference(L):
     rng = _rng(10 + L)
