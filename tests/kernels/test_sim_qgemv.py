@@ -506,9 +506,9 @@ def test_thirty_two_row_launches_same_bits(monkeypatch, ks, glu):
 
 @pytest.mark.parametrize("glu", [False, True])
 def test_sixteen_row_launch_depth_two_same_bits(monkeypatch, glu):
-    """``TENSORFOLD_GEMV3_NT2DEPTH=2`` (the default): a 16-row launch keeps two iterations of weight loads in flight a warp
-    (across tile boundaries: one block, so each warp walks three tiles) and gives the bits of depth 1, 13 rows,
-    plain and SwiGLU; the launch must be one two-n-tile launch at depth 2."""
+    """``TENSORFOLD_GEMV3_NT2DEPTH=2`` (the default): a 16-row launch keeps two iterations of weight loads in
+    flight a warp (across tile boundaries: one block, so each warp walks three tiles) and gives the bits of depth
+    1, 13 rows, plain and SwiGLU; the launch must be one two-n-tile launch at depth 2."""
     bits, group, u, out, K, rows = 4, 64, 4, 96, 512, 13
     P, S, B = _case(bits, group, out, K)
     base = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=K // group, u=u, depth=1, blocks=1, xh=1)
