@@ -9,6 +9,9 @@
 #   since $t0, and packs.
 # - `ptest NAME TIMEOUT pytest-args...` runs one GPU-tier pytest process into $R/NAME.txt with its own kernel cache
 #   (several may run side by side with `&` and `wait`: compiles are CPU-bound; nothing they do is timed).
+# - `ab GEOMETRY STREAMS CAP SETS`: bench_decode.py's in-process A/B of the ";"-separated switch SETS (no prompt, 40
+#   steps, two rounds) into $R/ab_GEOMETRY.{md,txt}, capped by CAP and by what is left of $LIMIT, and packs; returns
+#   1 without running when less than a minute is left.
 # - `begin NAME [GEOMETRY...]`: `out_dir NAME`, t0 and LIMIT (default 540), the GPU's name into $R/gpu.txt, and the
 #   synth checkpoints of the geometries written in the background (`wait` for them before a decode benchmark).
 set -u
@@ -50,6 +53,14 @@ full() {
     timeout "$tmo" python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm --streams 1,8,32 \
         --prompts 512,4096,16384 --steps 100 "$@" --out "$R/full_$g.md" > "$R/full_$g.txt" 2>&1
     echo "== full $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \|prompt \|passed\|failed\|rror" "$R/full_$g.txt" | cut -c1-150 | head -20; pack
+}
+ab() {
+    local g=$1 st=$2 cap=$3 sets=$4 left
+    left=$((LIMIT - (SECONDS - t0) - 5))
+    [ "$left" -lt 60 ] && { echo "== ab $g skipped ($left s left)"; return 1; }
+    timeout $((left < cap ? left : cap)) python3 benchmarks/bench_decode.py --geometry "$g" --root /tmp/tfm \
+        --streams "$st" --prompts "" --steps 40 --ab-env "$sets" --ab-rounds 2 --out "$R/ab_$g.md" > "$R/ab_$g.txt" 2>&1
+    echo "== ab $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \|rror" "$R/ab_$g.txt" | cut -c1-120 | head -20; pack
 }
 begin() {
     out_dir "$1"; shift

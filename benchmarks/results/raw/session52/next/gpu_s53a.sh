@@ -23,11 +23,7 @@ for c in 0 96 80 64; do
 done
 pack
 for g in 9b 27b; do
-    left=$((LIMIT - (SECONDS - t0) - 5)); [ "$left" -lt 90 ] && break
-    timeout $((left < 160 ? left : 160)) python3 benchmarks/bench_decode.py --geometry $g --root /tmp/tfm \
-        --streams 16,32 --prompts "" --steps 40 --ab-env "TENSORFOLD_GDN_STEP_REGS=0;TENSORFOLD_GDN_STEP_REGS=80;TENSORFOLD_GDN_STEP_REGS=64" \
-        --ab-rounds 2 --out "$R/ab_$g.md" > "$R/ab_$g.txt" 2>&1
-    echo "== ab $g rc $? at $((SECONDS - t0)) s"; grep -h "decode \|rror" "$R/ab_$g.txt" | cut -c1-120 | head -14; pack
+    ab $g 16,32 160 "TENSORFOLD_GDN_STEP_REGS=0;TENSORFOLD_GDN_STEP_REGS=80;TENSORFOLD_GDN_STEP_REGS=64" || break
 done
 full 9b 200
 echo "== done at $((SECONDS - t0)) s"; pack
