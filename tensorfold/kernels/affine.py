@@ -1830,7 +1830,7 @@ def _specs():
         if (bits, group) == (8, 64):
             hot.add(f.__name__)
     specs.append((get_tc_pyfunc(4, 64, 1, 4, sk="f32"), _QF))
-    for nt, nw in ((1, 1), (1, 4), (2, 4)):  # the pipelined form (TENSORFOLD_GEMV_PIPE=1)
+    for nt, nw in ((1, 4),):  # the pipelined form (opt-in, TENSORFOLD_GEMV_PIPE=1), once
         f = get_tc_pyfunc(4, 64, nt, nw, pipe=True)
         specs.append((f, _Q))
         hot.add(f.__name__)
@@ -1853,18 +1853,18 @@ def _specs():
         f = get_tc_pyfunc(4, 64, nt, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True)
         specs.append((f, _Q))
         hot.add(f.__name__)
-    # the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) in the one-row kernels of the 2B consumers of a
-    # norm: in_proj (8224 x 2048), q/k/v (5120 x 2048), gate | up with the SwiGLU epilogue (12288 x 2048)
-    for out, glu in ((8224, False), (5120, False), (12288, True)):
+    # the fused add + RMSNorm prologue (opt-in, TENSORFOLD_NORM_FUSE=1) in the one-row kernel of a 2B consumer of
+    # a norm, once: gate | up with the SwiGLU epilogue (12288 x 2048)
+    for out, glu in ((12288, True),):
         p = plan_tc(out, 2048, 4, 64)
         f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=glu,
                           nrm=norms.norm_v_geometry(2048, False))
         if (f, _QN) not in specs:
             specs.append((f, _QN))
             hot.add(f.__name__)
-    # the L2 prefetch before the wait (TENSORFOLD_TC_L2) at the square plans it is for: the 2B out_proj / o_proj
-    # (2048 x 2048, w16) and the 9B ones (4096 x 4096, pipe2 at 8 K ranges: TENSORFOLD_TC_VWARPS=0), one n-tile (hot)
-    for out in (2048, 4096):
+    # the L2 prefetch before the wait (opt-in, TENSORFOLD_TC_L2) at a square plan it is for, once: the 9B out_proj
+    # / o_proj (4096 x 4096, pipe2 at 8 K ranges: TENSORFOLD_TC_VWARPS=0), one n-tile (hot)
+    for out in (4096,):
         p = plan_tc(out, out, 4, 64)
         nw = p.mw or p.tpb // 32
         f = get_tc_pyfunc(4, 64, 1, nw, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
@@ -1893,8 +1893,8 @@ def _specs():
             hot.add(f.__name__)
 
     for out, inp in ((4096, 4096), (2048, 2048), (8224, 2048), (5120, 2048), (2048, 6144)):
-        whole_spec(out, inp)
-        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (TENSORFOLD_TC_XFRAG=1)
+        whole_spec(out, inp, xf=True)  # ... with x's fragments made once a block (the default, TENSORFOLD_TC_XFRAG)
+    whole_spec(4096, 4096)  # ... and without (opt-out, TENSORFOLD_TC_XFRAG=0), once
     # the LOP3 decode (TENSORFOLD_TC_XFRAG, 1 or ns) of the other hot launches: the 2B gate | up with
     # the SwiGLU epilogue and the 9B square plan's launches of several rows (8 warps of two K ranges), both n-tiles
     p = plan_tc(12288, 2048, 4, 64)

@@ -2014,8 +2014,10 @@ _SIG = ("void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], float32[:, ::1], f
 
 def _specs():
     """Every kernel the default plans launch for the real 4-bit g64 shapes that take this path (>= 2^25 codes:
-    9B in_proj / q_proj / gate+up / down, 27B in_proj / q_proj / gate+up / down, the 2B / 9B / 27B heads) at one and
-    two n-tiles (hot), and each other format once."""
+    9B in_proj / q_proj / gate+up / down, 27B in_proj / q_proj / gate+up / down, the 2B / 9B / 27B heads), each
+    other format once, and each opt-in or opt-out form once (one shape, one n-tile unless the form is about
+    n-tiles). A qgemv compile takes 30-75 s of numba's front end on the CI machine (session 53), so the opt-in
+    forms, which no default plan launches, are not repeated per shape or n-tile (CI's time limit)."""
     specs, hot, seen = [], set(), set()
 
     def add(f, sig=_SIG, is_hot=True):  # each kernel once, in the order first named
@@ -2025,34 +2027,24 @@ def _specs():
             if is_hot:
                 hot.add(f.__name__)
 
+    # the MLX layout (opt-out: TENSORFOLD_SWEPT; the runtime sweeps every qgemv weight) at the plans of the real
+    # shapes, one n-tile (their plans share one geometry, so one kernel)
     for out, inp in ((24576, 4096), (34816, 5120), (5120, 17408), (248320, 2048), (248320, 4096), (248320, 5120),
                      (4096, 12288), (12352, 4096), (10240, 4096), (16480, 5120), (14336, 5120), (5120, 6144)):
         p = plan(out, inp, 4, 64)
-        for nt in (1, 2):
-            add(get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth))
-    # the SwiGLU epilogue of the fused gate | up weights (9B, 27B), one and two n-tiles
-    for out, inp in ((24576, 4096), (34816, 5120)):
-        p = plan(out, inp, 4, 64)
-        for nt in (1, 2):
-            add(get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, glu=True))
+        add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth))
     for bits, group in FORMATS:
         if (bits, group) != (4, 64):
             p = plan(24576, 4096, bits, group)
             add(get_pyfunc(bits, group, 1, p.nw, p.mt, p.cg, p.u, p.depth), is_hot=False)
-    # the prefetch form (opt-in, TENSORFOLD_GEMV_PF=1) at the 2B gate+up (tiles in two parts) and down (two chunks,
-    # six parts), one and two n-tiles
-    for out, inp in ((12288, 2048), (2048, 6144)):
-        p = plan_pf(out, inp, 4, 64, tuning=dict(minks=1, nwp=8, maxpf=4, maxw=12, maxkp=8))
-        if p is None:
-            continue
-        for nt in (1, 2):
-            nw, pf, _ = p.pf_geom(nt)
-            add(get_pyfunc(4, 64, nt, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp))
-    # the swept layout (the runtime default, TENSORFOLD_SWEPT) at 9B gate+up, one and two n-tiles, and its repack
+    # the prefetch form (opt-in, TENSORFOLD_GEMV_PF=1) at the 2B gate+up (tiles in two parts), one n-tile
+    p = plan_pf(12288, 2048, 4, 64, tuning=dict(minks=1, nwp=8, maxpf=4, maxw=12, maxkp=8))
+    if p is not None:
+        nw, pf, _ = p.pf_geom(1)
+        add(get_pyfunc(4, 64, 1, nw, p.mt, p.cg, p.u, 1, pf=pf, nwp=p.nwp, kp=p.kp))
+    # the swept layout with hi + lo x (opt-out: TENSORFOLD_GEMV3_XH=0) at 9B gate+up, one n-tile
     p = plan(24576, 4096, 4, 64)
-    for nt in (1, 2):
-        add(get_pyfunc(4, 64, nt, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), is_hot=False)
-    add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True), is_hot=False)
+    add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, sw=True), is_hot=False)
     # bf16-only x (the default, TENSORFOLD_GEMV3_XH): one n-tile, 8 rows (xh 1), 1-4 rows (xh 2), plain / SwiGLU
     for glu in (False, True):
         for xm in (1, 2):
@@ -2073,27 +2065,23 @@ def _specs():
         add(get_pyfunc(4, 64, 1, p.nw, p.mt, p.cg, p.u, p.depth, glu=True, sw=True, xh=xm,
                        cmpu=unroll_for(True, p.ks)))
     # 9-16 rows a launch (the default, TENSORFOLD_GEMV3_R16; hot: decode at 9-16 streams): two n-tiles of 8
-    # bf16-x rows at 9B gate+up, plain and SwiGLU, at depth 2 (the default, TENSORFOLD_GEMV3_NT2DEPTH) and at the
-    # plan's depth (TENSORFOLD_GEMV3_NT2DEPTH=1)
-    for depth in (2, p.depth):
-        for glu in (False, True):
-            add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, depth, glu=glu, sw=True, xh=1,
-                           cmpu=unroll_for(glu, p.ks)), is_hot=depth == 2)
-    # 17-32 rows a launch (opt-in, TENSORFOLD_GEMV3_R32=1): four n-tiles of 8 at 9B gate+up, plain and SwiGLU
-    for glu in (False, True):
-        add(get_pyfunc(4, 64, 4, p.nw, p.mt, p.cg, p.u, p.depth, glu=glu, sw=True, xh=1,
-                       cmpu=unroll_for(glu, p.ks)), is_hot=False)
+    # bf16-x rows at 9B gate+up, plain and SwiGLU, at depth 2 (the default, TENSORFOLD_GEMV3_NT2DEPTH), and plain at
+    # the plan's depth (TENSORFOLD_GEMV3_NT2DEPTH=1)
+    for depth, glu in ((2, False), (2, True), (p.depth, False)):
+        add(get_pyfunc(4, 64, 2, p.nw, p.mt, p.cg, p.u, depth, glu=glu, sw=True, xh=1,
+                       cmpu=unroll_for(glu, p.ks)), is_hot=depth == 2)
+    # 17-32 rows a launch (opt-in, TENSORFOLD_GEMV3_R32=1): four n-tiles of 8 at 9B gate+up, plain
+    add(get_pyfunc(4, 64, 4, p.nw, p.mt, p.cg, p.u, p.depth, sw=True, xh=1, cmpu=unroll_for(False, p.ks)),
+        is_hot=False)
     # the deferred completion (TENSORFOLD_GEMV_DEFER=1) at the 9B / 27B down and 27B out_proj, 1-4 / 8 rows
     for out, inp in ((4096, 12288), (5120, 17408), (5120, 6144)):
         pd = plan(out, inp, 4, 64)
         for xm in (1, 2):
             add(get_pyfunc(4, 64, 1, pd.nw, pd.mt, pd.cg, pd.u, pd.depth, sw=True, xh=xm, defer=True), is_hot=False)
-    # the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) in the one-row kernels of the consumers of a norm:
-    # 9B / 27B in_proj, q/k/v, gate | up (SwiGLU), and the 2B / 9B / 27B heads
+    # the fused add + RMSNorm prologue (opt-in, TENSORFOLD_NORM_FUSE=1) in the one-row kernel of a consumer of a
+    # norm: the 27B gate | up (SwiGLU; test_compile_bounds checks it under the launch bounds too)
     sig_n = _SIG[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"
-    for out, inp, glu in ((12352, 4096, False), (10240, 4096, False), (24576, 4096, True), (16480, 5120, False),
-                          (14336, 5120, False), (34816, 5120, True), (248320, 2048, False), (248320, 4096, False),
-                          (248320, 5120, False)):
+    for out, inp, glu in ((34816, 5120, True),):
         pn = plan(out, inp, 4, 64)
         add(get_pyfunc(4, 64, 1, pn.nw, pn.mt, pn.cg, pn.u, pn.depth, glu=glu, sw=True, xh=xmode(1, pn.xh),
                        nrm=norms.norm_v_geometry(inp, False), cmpu=unroll_for(glu, pn.ks)), sig_n)

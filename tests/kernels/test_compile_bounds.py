@@ -8,9 +8,9 @@ Checks, for the 9B gate + up plan (plain and SwiGLU-epilogue forms) and the 27B 
   signature only. The compile options are captured from the jit call, so no GPU is needed.
 - The sm_90 PTX compiled with the bounds carries ``.maxntid 128`` and ``.minnctapersm 3``. When ptxas is on PATH,
   the kernel assembles within 170 registers (65,536 / 384 threads) without spills or a stack frame.
-- The same for the one-row kernels with the fused add + RMSNorm prologue (9B / 27B in_proj and gate | up): the
-  first form of the prologue, which kept the row's sums in registers across the block sum, spilled 56 bytes in the
-  SwiGLU kernels under these bounds.
+- The same for a one-row kernel with the fused add + RMSNorm prologue (opt-in; the 27B gate | up): the first form
+  of the prologue, which kept the row's sums in registers across the block sum, spilled 56 bytes in the SwiGLU
+  kernels under these bounds.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = ((24576, 4096, False), (24576, 4096, True), (5120, 17408, False))
-FUSED = ((12352, 4096, False), (24576, 4096, True), (16480, 5120, False), (34816, 5120, True))
+FUSED = ((34816, 5120, True),)  # opt-in: one kernel (a qgemv compile costs 30-75 s of CI time)
 
 
 def _worker() -> int:
@@ -59,8 +59,8 @@ def _worker() -> int:
         rec["ptxas"] = tc._run_ptxas(ptx, (9, 0))
         rec["nw"] = p.nw
         out.append(rec)
-    # the one-row kernels with the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) as the runtime launches
-    # them (swept, bf16 x, 1-4 rows), under the same bounds: 9B / 27B in_proj and gate | up (SwiGLU)
+    # a one-row kernel with the fused add + RMSNorm prologue (TENSORFOLD_NORM_FUSE=1) as the runtime launches it
+    # (swept, bf16 x, 1-4 rows), under the same bounds
     from tensorfold.kernels import norms
 
     sig_n = Q._SIG[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"

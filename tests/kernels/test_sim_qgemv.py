@@ -865,14 +865,17 @@ def test_l2_prefetch_prologue_same_bits(monkeypatch, glu):
     first weight loads after x's; the simulator's ``pf_l2`` asserts each line lies inside W), and 3 / 4 (the first 2
     / 3 tiles' runs): the bits of PRE=1 (register-ring loads before the wait) at 1 and 6 rows, plain and SwiGLU, two
     chunks; 2 blocks (1-2 tiles a warp), 1 block (3 tiles a warp: every prefetched tile is real) and 8 (warps
-    without a tile, whose clamped first tile is the last run of W: the prefetch's bounds)."""
+    without a tile, whose clamped first tile is the last run of W: the prefetch's bounds). PRE=3 / 4 are opt-in
+    (dropped in session 39): only the first case checks them (CI's time limit)."""
     bits, group, u, out, K = 4, 64, 4, 96, 512
     P, S, B = _case(bits, group, out, K)
     p2 = Q.V3Plan(out, K, bits, group, nw=2, mt=1, cg=4, u=u, depth=1, blocks=2, xh=1, sw=2 if glu else 1)
     Wp = Q.sweep_pack(P, S, B, bits, group, u, glu=glu, per=p2.per)
-    for p, R in ((p2, 1), (p2, 6), (dataclasses.replace(p2, blocks=8), 1), (dataclasses.replace(p2, blocks=1), 2)):
+    cases = ((p2, 1), (p2, 6), (dataclasses.replace(p2, blocks=8), 1), (dataclasses.replace(p2, blocks=1), 2))
+    for i, (p, R) in enumerate(cases):
         x = (rng.standard_normal((R, K)) * 3).astype(np.float32)
-        ys = [_launch_under(monkeypatch, {"TENSORFOLD_GEMV3_PRE": e}, Wp, S, B, x, p, glu) for e in "1234"]
-        for e, y in zip("234", ys[1:]):
+        pres = "1234" if i == 0 else "12"
+        ys = [_launch_under(monkeypatch, {"TENSORFOLD_GEMV3_PRE": e}, Wp, S, B, x, p, glu) for e in pres]
+        for e, y in zip(pres[1:], ys[1:]):
             assert np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)), f"PRE={e} R={R} blocks={p.blocks}"
     assert not Q.counters().any()

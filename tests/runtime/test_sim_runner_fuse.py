@@ -10,12 +10,14 @@ verify window fuses too and equals its step."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.runtime.conftest import make_runner
 from tests.runtime.test_sim_forward import _caches_equal, _same_steps
 from tensorfold.runtime import forward as F
 
 
+@pytest.mark.variant  # an opt-in form (off by default, a tie on the H200): run with -m variant
 def test_fused_norm_steps_equal_standalone(micro, micro_arena, monkeypatch):
     rng = np.random.default_rng()
     run = make_runner(micro, micro_arena, kv="bf16", slots=4, ctx=32, rows=8, prompt_rows=32)
