@@ -93,6 +93,10 @@ PDL = [False]
 # --floor: the decode table gains, a shape, the read floor of its weight bytes (``_floor_cases``)
 FLOOR = [False]
 DEC_ROWS = [(1, 8)]  # --rows: the decode group's row counts
+# --min-graph: launches a graph holds for a case without its own count (``Case.n_in_graph``). A replay is timed on
+# the host (graph launch + stream sync), and that fixed cost is divided over the graph's launches: at 10 (the count
+# until session 53) it added several µs to every launch of a small kernel
+MIN_GRAPH = [100]
 DEC_MODELS = [("2B", "9B", "27B")]  # --models: the decode group's geometries
 
 
@@ -159,7 +163,7 @@ def time_case(case: Case, ctx):
     for f in case.launches:  # warm: compile + run every variant
         f(0)
     cuda.synchronize()
-    n = case.n_in_graph or max(len(case.launches), 10)
+    n = case.n_in_graph or max(len(case.launches), MIN_GRAPH[0])
     try:
         try:
             from cuda.core import Device
@@ -553,6 +557,8 @@ def main(argv=None):
                     "TC_VARIANTS entry and the CUDA-core kernel; x-staged ones only when named here)")
     ap.add_argument("--pdl", action="store_true", help="build each case's graph with PDL for aware kernels (the "
                     "runtime's decode graphs do); the timing column says graph+pdl where it took effect")
+    ap.add_argument("--min-graph", type=int, default=MIN_GRAPH[0], help="launches a graph for cases without their "
+                    "own count (the host's replay cost is divided over them; 10 before session 53)")
     ap.add_argument("--floor", action="store_true", help="decode group: time, beside each shape, a plain read of "
                     "its weight bytes (the PDL-aware regions read of bench_gemv3) at 396 and 792 blocks")
     ap.add_argument("--rows", default="1,8", help="decode group: rows a GEMV case (above 8, qgemv.launch splits "
@@ -560,6 +566,7 @@ def main(argv=None):
     ap.add_argument("--models", default="2B,9B,27B", help="decode group: the geometries")
     args = ap.parse_args(argv)
     FLOOR[0] = args.floor
+    MIN_GRAPH[0] = args.min_graph
     DEC_ROWS[0] = tuple(int(r) for r in args.rows.split(",") if r)
     DEC_MODELS[0] = tuple(m for m in args.models.split(",") if m)
     GEMV_VARIANTS[:] = [v for v in args.variants.split(",") if v]
@@ -586,7 +593,7 @@ def main(argv=None):
     print(f"GPU {gpu}  copy bandwidth {bw:.0f} GB/s (1 GiB d2d, read+write)", flush=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     cmd = "NUMBA_ENABLE_CUDASIM=0 python benchmarks/bench_kernels.py " + " ".join(argv or sys.argv[1:])
-    meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd}
+    meta = {"date": date, "commit": commit, "gpu": gpu, "copy_gbs": bw, "command": cmd, "min_graph": MIN_GRAPH[0]}
     rows = []
     for gname, fn in REGISTRY:
         if not _selected(args.only, gname):
@@ -671,7 +678,8 @@ def _write(out_dir, meta, rows):
         f.write(f"# Kernel benchmarks {meta['date']}\n\nGPU: {meta['gpu']}; commit {meta['commit']}; copy ceiling "
                 f"{meta['copy_gbs']:.0f} GB/s (1 GiB device-to-device, read + write).\n"
                 f"Command: `{meta['command']}`\n\n")
-        f.write("Times per kernel launch (graph replay unless noted), weights rotated over >= 256 MB of copies.\n\n")
+        f.write("Times per kernel launch (graph replay unless noted, at least "
+                f"{meta.get('min_graph', 10)} launches a graph), weights rotated over >= 256 MB of copies.\n\n")
         f.write("| group | kernel | model | shape | us | GB/s | % copy | TFLOP/s | peer us | notes |\n")
         f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
