@@ -96,7 +96,7 @@ DEC_ROWS = [(1, 8)]  # --rows: the decode group's row counts
 # --min-graph: launches a graph holds for a case without its own count (``Case.n_in_graph``). A replay is timed on
 # the host (graph launch + stream sync), and that fixed cost is divided over the graph's launches: at 10 (the count
 # until session 53) it added several µs to every launch of a small kernel
-MIN_GRAPH = [100]
+MIN_GRAPH = [400]
 DEC_MODELS = [("2B", "9B", "27B")]  # --models: the decode group's geometries
 
 
