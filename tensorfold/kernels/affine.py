@@ -1830,10 +1830,9 @@ def _specs():
         if (bits, group) == (8, 64):
             hot.add(f.__name__)
     specs.append((get_tc_pyfunc(4, 64, 1, 4, sk="f32"), _QF))
-    for nt, nw in ((1, 4),):  # the pipelined form (opt-in, TENSORFOLD_GEMV_PIPE=1), once
-        f = get_tc_pyfunc(4, 64, nt, nw, pipe=True)
-        specs.append((f, _Q))
-        hot.add(f.__name__)
+    f = get_tc_pyfunc(4, 64, 1, 4, pipe=True)  # the pipelined form (opt-in, TENSORFOLD_GEMV_PIPE=1), once
+    specs.append((f, _Q))
+    hot.add(f.__name__)
     # the latency variants (TC_VARIANTS), 4-bit g64: both n-tiles at the most warps per block their plans choose for
     # the real shapes (9B / 27B MLP, 2B head), one n-tile at the fewest (hot). The 16-warp kernels assemble to
     # 80-106 registers (<= 128, the limit for 512-thread blocks; the GPU build also sets launch_bounds)
@@ -1855,21 +1854,17 @@ def _specs():
         hot.add(f.__name__)
     # the fused add + RMSNorm prologue (opt-in, TENSORFOLD_NORM_FUSE=1) in the one-row kernel of a 2B consumer of
     # a norm, once: gate | up with the SwiGLU epilogue (12288 x 2048)
-    for out, glu in ((12288, True),):
-        p = plan_tc(out, 2048, 4, 64)
-        f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=glu,
-                          nrm=norms.norm_v_geometry(2048, False))
-        if (f, _QN) not in specs:
-            specs.append((f, _QN))
-            hot.add(f.__name__)
+    p = plan_tc(12288, 2048, 4, 64)
+    f = get_tc_pyfunc(4, 64, 1, p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, glu=True,
+                      nrm=norms.norm_v_geometry(2048, False))
+    specs.append((f, _QN))
+    hot.add(f.__name__)
     # the L2 prefetch before the wait (opt-in, TENSORFOLD_TC_L2) at a square plan it is for, once: the 9B out_proj
     # / o_proj (4096 x 4096, pipe2 at 8 K ranges: TENSORFOLD_TC_VWARPS=0), one n-tile (hot)
-    for out in (4096,):
-        p = plan_tc(out, out, 4, 64)
-        nw = p.mw or p.tpb // 32
-        f = get_tc_pyfunc(4, 64, 1, nw, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
-        specs.append((f, _Q))
-        hot.add(f.__name__)
+    p = plan_tc(4096, 4096, 4, 64)
+    f = get_tc_pyfunc(4, 64, 1, p.mw or p.tpb // 32, p.mt, p.u, "bf16", p.pipe, p.depth, l2=True)
+    specs.append((f, _Q))
+    hot.add(f.__name__)
     # the 9B square plan's launches of more than one row (TENSORFOLD_TC_VWARPS: 8 warps of two K ranges), both
     # n-tiles (hot)
     p = plan_tc(4096, 4096, 4, 64)

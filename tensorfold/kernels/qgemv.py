@@ -2081,10 +2081,9 @@ def _specs():
     # the fused add + RMSNorm prologue (opt-in, TENSORFOLD_NORM_FUSE=1) in the one-row kernel of a consumer of a
     # norm: the 27B gate | up (SwiGLU; test_compile_bounds checks it under the launch bounds too)
     sig_n = _SIG[:-1] + ", float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)"
-    for out, inp, glu in ((34816, 5120, True),):
-        pn = plan(out, inp, 4, 64)
-        add(get_pyfunc(4, 64, 1, pn.nw, pn.mt, pn.cg, pn.u, pn.depth, glu=glu, sw=True, xh=xmode(1, pn.xh),
-                       nrm=norms.norm_v_geometry(inp, False), cmpu=unroll_for(glu, pn.ks)), sig_n)
+    pn = plan(34816, 5120, 4, 64)
+    add(get_pyfunc(4, 64, 1, pn.nw, pn.mt, pn.cg, pn.u, pn.depth, glu=True, sw=True, xh=xmode(1, pn.xh),
+                   nrm=norms.norm_v_geometry(5120, False), cmpu=unroll_for(True, pn.ks)), sig_n)
     # a K chunk past the static budget (x fragments in dynamic shared memory; TENSORFOLD_GEMV3_CG), 8-row bf16 x
     add(get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), is_hot=False)
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
