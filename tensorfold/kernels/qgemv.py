@@ -423,14 +423,21 @@ def _decode_lines(bits: int, w: str, pre: str, ind: str) -> list[str]:
     return L
 
 
-def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=False):
+def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=False, one=False):
     """The x loads of one batch of ``PB`` items a thread (``_gen_source``'s x preparation); ``xsh``: one row of x
     from the fused norm prologue's shared array ``nf_xs`` (by column) instead of global memory. Items of rows past
     ``R`` load row ``R - 1`` and are zeroed (``live``). (Session 44's row-major form that skipped them,
-    ``TENSORFOLD_GEMV3_XLIVE``, tied at one stream and lost 3.5 % at eight on an H100 in session 46: removed.)"""
+    ``TENSORFOLD_GEMV3_XLIVE``, tied at one stream and lost 3.5 % at eight on an H100 in session 46: removed.)
+    ``one``: the chunks-in-a-block form's items, (group, lane column) of row 0 only (its launches have one row)."""
     for k in range(PB):
         a(f"{I2}it{k} = min(tid + (kbat * {PB} + {k}) * {T}, {nitems - 1})")
         a(f"{I2}tt{k} = it{k} % 4")
+        if one:
+            a(f"{I2}gl{k} = it{k} // 4")
+            a(f"{I2}base = kb + gl{k} * {group} + tt{k} * {cl}")
+            for q in range(nq):
+                a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, 0, base + {4 * q})")
+            continue
         a(f"{I2}r{k} = (it{k} // 4) % {RPN * nt}")
         a(f"{I2}gl{k} = it{k} // {4 * RPN * nt}")
         a(f"{I2}rr = min(r{k}, R - 1)")
@@ -443,12 +450,18 @@ def _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X
                 a(f"{I2}q{k}_{q} = ldg_f32x4_2d(x, rr, base + {4 * q})")
 
 
-def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
+def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, one=False):
     """One batch's items: B-fragment words into ``xb``; their k-step partial sums into ``xp`` (summed by a second
     pass) or, with ``xq``, summed over the steps in a lane and across the item's 4 lanes by ``quad_sum``, the
     group sum written to ``xs`` by the tt = 0 lane. Items past ``nitems`` are whole quads (``nitems`` and ``T`` are
-    multiples of 4): with ``xq`` every lane computes and shuffles, only in-range items write."""
+    multiples of 4): with ``xq`` every lane computes and shuffles, only in-range items write.
+
+    ``one`` (``xh = 2``, ``xq``, one n-tile): items of row 0 only (``_xprep_batch``'s), which also write the zero
+    words and group sums of batch rows 1-3, so the fragments are those of the 4-row layout at R = 1."""
     for k in range(PB):
+        if one:
+            a(f"{I2}r{k} = 0")
+            a(f"{I2}live{k} = np.float32(1.0)")
         guard = f"tid + (kbat * {PB} + {k}) * {T} < {nitems}"
         if xq:
             K = I2
@@ -471,6 +484,8 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
                 writes.append((s_ * nt * 32, f"np.uint64(h0_{s_}) | (np.uint64(h1_{s_}) << np.uint64(32))"))
                 if not X8:  # the lo column stays in the layout, zero
                     writes.append((s_ * nt * 32 + 4, "np.uint64(0)"))
+                if one:  # batch rows 1-3 (hi and lo columns): zero
+                    writes += [(s_ * nt * 32 + c, "np.uint64(0)") for c in (8, 12, 16, 20, 24, 28)]
                 ps = f"(bf16_to_f32(h0_{s_}) + _bf_hi(h0_{s_})) + (bf16_to_f32(h1_{s_}) + _bf_hi(h1_{s_}))"
             else:
                 a(f"{K}h0_{s_}, l0_{s_} = split_bf16x2({vs[0]}, {vs[1]})")
@@ -494,13 +509,19 @@ def _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq):
             for off, v in writes:
                 a(f"{K}    xb[xrow + {off}] = {v}")
             a(f"{K}    if tt{k} == 0:")
-            a(f"{K}        xs[gl{k} * {RPN * nt} + r{k}] = ps{k} if r{k} < R else np.float32(0.0)")
+            if one:
+                a(f"{K}        xs[gl{k} * {RPN * nt}] = ps{k}")
+                for r_ in range(1, RPN):
+                    a(f"{K}        xs[gl{k} * {RPN * nt} + {r_}] = np.float32(0.0)")
+            else:
+                a(f"{K}        xs[gl{k} * {RPN * nt} + r{k}] = ps{k} if r{k} < R else np.float32(0.0)")
 
 
 def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg: int, u: int, depth: int,
                 stages: int = 0, pb: int = 0, pf: int = 0, nwp: int = 0, kp: int = 1, glu: bool = False,
                 noc: bool = False, sw: bool = False, xh: int = 0, defer: bool = False, cmp: int = 1,
-                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = False, rl: bool = False) -> str:
+                pre: int = 1, xq: bool = False, cmpu=(4, 8), nrm=None, cp: bool = False, rl: bool = False,
+                kin: bool = False) -> str:
     """Kernel ``name(W, S, B, x, y, ws, cnt, R)``: block (bx, kz) prepares K chunk ``kz`` (``cg``
     groups) of x once, then each of its ``nw`` warps walks the row tiles ``wid, wid + nwt, ..`` (``wid = bx * nw +
     warp``, ``nwt = gridDim.x * nw``; a tile is ``mt`` x 16 rows) over the chunk, ``u`` groups an iteration, with the
@@ -564,8 +585,17 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
 
     ``nrm`` (one row): the add + RMSNorm that makes x runs in the kernel, ``norms.fused_norm_lines`` at the
     standalone kernel's geometry ``nrm``: the kernel takes ``norms.FUSED_ARGS`` after ``R``; each block makes its
-    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x."""
+    chunk of x in shared memory (``nf_xs``), which its x preparation reads instead of global x.
+
+    ``kin`` (chunks in a block; one-row launches of swept plans, ``xh = 2``): a block's ``nw`` warps are the ``ks =
+    nw`` K chunks of its tiles (warp = chunk, ``kz``), it prepares row 0 of all of x once (dynamic shared memory,
+    chunk ``kz``'s fragments at ``kz * XBW``), and a tile's chunk sums meet in shared memory (``red``): after the
+    loop one block barrier, then the tile's ``ks`` sums are added in chunk order and stored. The same partial sums
+    and the same adds in the same order as the split-K completion, so the same bits, without its fence, arrival
+    atomics and L2 round trips. A block walks the tiles ``bx, bx + gridDim.x, ..``, at most ``KIN_MT``."""
     nwp = max(nwp, nw)
+    assert not kin or (sw and xh == 2 and nt == 1 and mt == 1 and xq and not (pf or stages or kp > 1 or glu or defer
+                                                                             or nrm))
     assert not xh or not (pf or stages or kp > 1)
     X8 = xh == 1
     RPN = 8 if X8 else 4  # batch rows an n-tile
@@ -607,11 +637,14 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if pf:
         a("    xb = cuda.shared.array(0, _U64)")  # dynamic: x fragments, then the warps' prefetched tiles
         a("    wr = xb")
+    elif kin:
+        a("    xb = cuda.shared.array(0, _U64)")  # dynamic: every chunk's x fragments
+        a(f"    red = cuda.shared.array({KIN_MT * nw * TR}, np.float32)")  # a tile's chunk sums
     elif xb_dynamic(group, cg, nt, xh, stages):
         a("    xb = cuda.shared.array(0, _U64)")  # dynamic: chunks past the static budget (``xb_dynamic``)
     else:
         a(f"    xb = cuda.shared.array({XBW}, np.uint64)")
-    a(f"    xs = cuda.shared.array({cg * nt * RPN}, np.float32)")
+    a(f"    xs = cuda.shared.array({cg * nt * RPN * (nw if kin else 1)}, np.float32)")
     if not xq:
         a(f"    xp = cuda.shared.array({cg * nt * RPN * 4 * spg}, np.float32)")
     a(f"    lastf = cuda.shared.array({nwp * 32}, np.int32)")
@@ -627,9 +660,17 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if glu:
         a("    hout = out >> 1")
     a("    bx = cuda.blockIdx.x")
-    a("    kz = cuda.blockIdx.y")
-    a("    ks = cuda.gridDim.y")
-    if kp > 1:
+    if kin:
+        a("    kz = warp")
+        a(f"    ks = {nw}")
+        a("    nwt = cuda.gridDim.x")
+        a("    wid = bx")
+    else:
+        a("    kz = cuda.blockIdx.y")
+        a("    ks = cuda.gridDim.y")
+    if kin:
+        pass
+    elif kp > 1:
         a(f"    ts = warp % {nts}")
         a(f"    kpi = warp // {nts}")
         a(f"    nwt = cuda.gridDim.x * {nts}")
@@ -795,8 +836,8 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     #      (group, step, tt, row) with four scalar loads and a runtime step switch, made the x preparation a third of
     #      the kernel's instructions, ncu.) The same values and sums, hence the same bits.
     I = "    "
-    a(f"{I}kb = G0 * {group}")
-    nitems = cg * 4 * nt * RPN
+    a(f"{I}kb = {0 if kin else 'G0'} * {group}")
+    nitems = nw * cg * 4 if kin else cg * 4 * nt * RPN
     T = nwp * 32
     ipt = -(-nitems // T)  # items per thread
     nq = cl // 4  # 16-byte loads an item
@@ -814,11 +855,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         else:
             a(f"{I}kbat = {bat}")
             I2 = I
-        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=bool(nrm))
+        _xprep_batch(a, I2, PB, T, nitems, RPN, nt, group, cl, nq, spg, steps, xh, X8, xq, xsh=bool(nrm), one=kin)
         if bat == 0 and not (pf or stages):
             for d in range(depth):
                 loads(I2, f"p{d}_", "c", d)
-        _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq)
+        _xprep_items(a, I2, PB, T, nitems, RPN, nt, spg, steps, xh, X8, xq, one=kin)
     a(f"{I}cuda.syncthreads()")
     if not xq:
         a(f"{I}for e0 in range(0, {cg * nt * RPN}, {nwp * 32}):")
@@ -837,6 +878,11 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
+    xo, xso = ("", "")
+    if kin:  # this warp's chunk of the block's x fragments and group sums
+        a(f"    xo = kz * {XBW}")
+        a(f"    xso = kz * {cg * nt * RPN}")
+        xo, xso = ("xo + ", "xso + ")
     if noc:
         a("    xacc = np.uint32(0)")
     if pf:  # every warp runs pf rounds (block barriers between them when kp > 1)
@@ -888,7 +934,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for uu in range(u if not noc else 0):
             for s_ in range(spg):
                 for n in range(nt):
-                    a(f"{J}qv = xb[lane + {lin(it, u * spg * nt * 32, (uu * spg + s_) * nt * 32 + n * 32)}]")
+                    a(f"{J}qv = xb[{xo}lane + {lin(it, u * spg * nt * 32, (uu * spg + s_) * nt * 32 + n * 32)}]")
                     a(f"{J}bf{s_}_{n}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
                     a(f"{J}bf{s_}_{n}_1 = np.uint32(qv >> np.uint64(32))")
             for n in range(nt):
@@ -896,7 +942,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     for c in range(2):
                         a(f"{J}sx{n}_{c} = xs[2 * t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n + c)}]")
                 else:
-                    a(f"{J}sx{n} = xs[t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n)}]")
+                    a(f"{J}sx{n} = xs[{xso}t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n)}]")
             for m in range(mt):
                 for h in ("a", "b"):
                     if u == 1:
@@ -978,6 +1024,10 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                 a(f"{J}o = obc + {16 * m + dr} + g")
                 a(f"{J}r = {rowx(n, c)}")
                 a(f"{J}if o < out and r < R:")
+                if kin:  # this chunk's sum of the tile's row o, for the block's completion
+                    a(f"{J}    red[(jt * {nw} + kz) * {TR} + {16 * m + dr} + g] = acc{m}_{n}_{h}")
+                    a(f"{J}acc{m}_{n}_{h} = np.float32(0.0)")
+                    continue
                 a(f"{J}    if ks == 1:")
                 a(f"{J}        y[r, o] = acc{m}_{n}_{h}")
                 a(f"{J}    else:")
@@ -999,6 +1049,18 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     if gemv_trigger_here("end"):
         a("    pdl_trigger()")
     if defer:  # several chunks: the partial sums stay in ws for the consumer (``launch(..., defer=True)``)
+        return "\n".join(L) + "\n"
+    if kin:  # the block's tiles: their chunk sums added in chunk order (every warp of a block has ntw tiles)
+        a("    cuda.syncthreads()")
+        a(f"    for e in range(tid, ntw * {TR}, {nw * 32}):")
+        a(f"        jt = e // {TR}")
+        a(f"        c = e - jt * {TR}")
+        a(f"        o = (wid + jt * nwt) * {TR} + c")
+        a("        if o < out:")
+        a(f"            tot = red[jt * {nw * TR} + c]")
+        for kk in range(1, nw):
+            a(f"            tot += red[jt * {nw * TR} + {kk * TR} + c]")
+        a("            y[0, o] = tot")
         return "\n".join(L) + "\n"
     if cmp == 2:
         _completion_batched(a, TR, glu, cmpu, cp, rl)
@@ -1265,7 +1327,7 @@ def xb_bytes(group: int, cg: int, nt: int) -> int:
 
 def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=0, kp=1, glu=False, tag="",
                noc=False, sw=False, xh=0, defer=False, cmp=None, pre=None, xq=None, cmpu=None, nrm=None, cp=None,
-               rl=None):
+               rl=None, kin=False):
     """``tag``: a name suffix only (the same source), for kernels that ``get_kernel`` compiles with other options
     (launch bounds, a register cap): numba's disk cache keys a kernel by its name and signature, not its options."""
     nwp = nwp if nwp > nw else 0
@@ -1278,8 +1340,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
     cp = (cpred_for(xh) if cp is None else bool(cp)) and not glu and cmp == 2 and not defer
     rl = (rst_mode() == "late" if rl is None else bool(rl)) or cmp != 2 or defer  # cmp 1 resets late already
     cmpu = unroll_for(False, 0) if cmpu is None else (cmpu if isinstance(cmpu, str) else tuple(cmpu))
+    if kin:  # no split-K completion in global memory: the completion knobs do not apply
+        cmp, cp, rl, cmpu = 2, False, True, unroll_for(False, 0)
     key = ("py", bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu, tag, noc, sw, int(xh),
-           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp, rl)
+           bool(defer), cmp, pre, xq, cmpu, tuple(nrm) if nrm else None, cp, rl, bool(kin))
     if key not in _KCACHE:
         name = (f"qgemv3_b{bits}_g{group}_n{nt}_w{nw}_m{mt}_c{cg}_u{u}_d{depth}" + (f"_s{stages}" if stages else "")
                 + (f"_p{pb}" if pb else "") + (f"_f{pf}" if pf else "") + (f"_x{nwp}" if nwp else "")
@@ -1290,9 +1354,10 @@ def get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, pf=0, nwp=
                    "_va" if cmpu == CMP_AUTO else f"_v{cmpu[4:]}" if isinstance(cmpu, str) else
                    f"_v{cmpu[0]}x{cmpu[1]}")
                 + (f"_nf{nrm[0]}x{nrm[1]}" if nrm else "")
-                + ("_cp" if cp else "") + ("" if rl else "_re") + tag)
+                + ("_cp" if cp else "") + ("" if rl else "_re") + ("_kin" if kin else "") + tag)
         src = single_assignment(_gen_source(name, bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp,
-                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, cp, rl))
+                                            glu, noc, sw, int(xh), bool(defer), cmp, pre, xq, cmpu, nrm, cp, rl,
+                                            bool(kin)))
         glb = {"cuda": cuda, "np": np, "mma_bf16": mma_bf16, "pack_bf16x2": pack_bf16x2, "split_bf16x2": split_bf16x2,
                "bf16_to_f32": bf16_to_f32, "_bf_hi": _bf_hi, "ld_w1": ld_w1, "ld_w2": ld_w2, "ld_w4": ld_w4,
                "ld_cg_f32": ld_cg_f32, "ld_cg_f32_if": ld_cg_f32_if, "ldg_f32x4_2d": ldg_f32x4_2d,
@@ -1419,7 +1484,7 @@ def _lb_on() -> bool:
 
 
 def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, pf=0, nwp=0, kp=1, glu=False,
-               sw=False, xh=0, defer=False, nrm=None, cmpu=None):
+               sw=False, xh=0, defer=False, nrm=None, cmpu=None, kin=False):
     """``maxreg`` > 0: registers capped there (``max_registers``), so more blocks fit an SM (the one-n-tile kernel
     peaks at 168 registers in its x preparation; under 128 it spills only there, not in the loop: ptxas on sm_90).
     ``cmpu``: the completion unroll (``unroll_for``; default: ``cmp_unroll``'s setting for a launch of unknown
@@ -1427,10 +1492,13 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
     cmpu = unroll_for(False, 0) if cmpu is None else cmpu
     key = ("k", bits, group, nt, nw, mt, cg, u, depth, stages, pb, maxreg, pf, nwp, kp, bool(glu), _lb_on(), _noc(),
            sw, int(xh), bool(defer), cmp_mode(), pre_mode(), xq_on(), cmpu, tuple(nrm) if nrm else None,
-           cpred_mode(), rst_mode())
+           cpred_mode(), rst_mode(), bool(kin))
     if key not in _KCACHE:
         kw, tag = ({"max_registers": maxreg}, f"_r{maxreg}") if maxreg and not IS_SIM else ({}, "")
-        if nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
+        if kin and not IS_SIM:  # the chunks-in-a-block form: its blocks an SM (``kin_blocks_per_sm``)
+            kw["launch_bounds"] = (32 * nw, kin_blocks_per_sm(nw))
+            tag = f"_lb{kin_blocks_per_sm(nw)}"
+        elif nt == 1 and not (maxreg or pf or stages or IS_SIM) and _lb_on():
             # launch bounds of the default geometry (3 blocks of 32 nw threads an SM): told the occupancy, ptxas
             # keeps the next iteration's weight loads early in the loop. Without them it placed them next to their
             # uses in the SwiGLU-epilogue kernel (104 registers; 9B gate + up 36.1 against 29.3 us plain, session
@@ -1438,7 +1506,7 @@ def get_kernel(bits, group, nt, nw, mt, cg, u, depth, stages=0, pb=0, maxreg=0, 
             kw["launch_bounds"] = (32 * nw, 3)
             tag = "_lb3"
         _KCACHE[key] = _kcache.jit(get_pyfunc(bits, group, nt, nw, mt, cg, u, depth, stages, pb, pf, nwp, kp, glu,
-                                              tag, _noc(), sw, xh, defer, cmpu=cmpu, nrm=nrm), **kw)
+                                              tag, _noc(), sw, xh, defer, cmpu=cmpu, nrm=nrm, kin=kin), **kw)
     return _KCACHE[key]
 
 
@@ -1911,6 +1979,50 @@ def _launch_rows(p: "V3Plan", R: int, ws, out: int, defer: bool, nrm) -> int:
     return 8
 
 
+KIN_MT = 8  # the chunks-in-a-block form: tiles a block at most (its ``red`` holds their chunk sums)
+KIN_MAX_KS = 12  # ... and K chunks (warps a block) at most
+
+
+def kin_mode() -> bool:
+    """``TENSORFOLD_GEMV3_KIN`` (read at launch): 1 runs one-row launches of plain swept plans with 2 to
+    ``KIN_MAX_KS`` K chunks in the chunks-in-a-block form (``_gen_source``'s ``kin``: a tile's chunk sums added in
+    shared memory instead of through the workspace, arrival counters and fences); 0 (the default) the split-K
+    form. The same bits either way."""
+    return env_choice("TENSORFOLD_GEMV3_KIN", "0", ("0", "1"), "qgemv one-row chunks in a block") == "1"
+
+
+def kin_blocks_per_sm(ks: int) -> int:
+    """Blocks of ``ks`` warps an SM the chunks-in-a-block form is bounded to (its launch bounds): about the 12
+    warps an SM of the split-K plans (3 blocks of 4 warps), at most 3"""
+    return max(1, min(3, 12 // ks))
+
+
+def kin_smem(p: "V3Plan") -> int:
+    """Dynamic shared bytes of a chunks-in-a-block launch: every chunk's x fragments"""
+    return p.ks * xb_bytes(p.group, p.cg, 1)
+
+
+def kin_grid(p: "V3Plan") -> int:
+    """Blocks of a chunks-in-a-block launch: one wave of ``kin_blocks_per_sm`` blocks an SM (fewer where shared
+    memory holds fewer), never more than the row tiles"""
+    ntile = -(-p.out // (16 * p.mt))
+    per_sm = kin_blocks_per_sm(p.ks)
+    static = p.cg * 4 * p.ks * 4 + KIN_MT * p.ks * 16 * 4 + p.ks * 32 * 4 + 1024
+    per_sm = max(1, min(per_sm, (smem_max() + 1024) // (kin_smem(p) + static)))
+    return min(ntile, per_sm * SMS)
+
+
+def kin_ok(p: "V3Plan", R: int, glu: bool, defer: bool, nrm) -> bool:
+    """Whether a launch of ``R`` rows takes the chunks-in-a-block form (``kin_mode``)"""
+    if R != 1 or glu or defer or nrm or not kin_mode():
+        return False
+    if not (p.sw and p.xh and p.mt == 1 and not (p.pf or p.stages or p.kp > 1) and 2 <= p.ks <= KIN_MAX_KS):
+        return False
+    if not xq_on() or kin_smem(p) > smem_max() - 16 * 1024:
+        return False
+    return -(-p.out // 16) <= KIN_MT * kin_grid(p)
+
+
 def xmode(R: int, xh: bool) -> int:
     """``_gen_source``'s x form for a launch of R <= 8 rows: 0 hi + lo; with bf16-only x, 2 (zero lo columns, the
     hi + lo loop) for 1-4 rows and 1 (8 rows an n-tile) for 5-8, and for 9-32 under ``rows16_on`` /
@@ -1984,6 +2096,15 @@ def launch(W, S, B, x, y, p: V3Plan, R: int, ws=None, stream=0, glu=False, cnt=N
     for r0 in range(0, R, step):
         n = min(step, R - r0)
         nt = nt_for(n, p.xh)
+        if kin_ok(p, n, glu, defer, nrm):
+            k = get_kernel(p.bits, p.group, 1, p.ks, p.mt, p.cg, p.u, p.depth_for(1), glu=False, sw=True, xh=2,
+                           kin=True)
+            dyn = kin_smem(p)
+            cfg = k[(kin_grid(p), 1), 32 * p.ks, stream, dyn]
+            if not IS_SIM:
+                cfg.pre_launch_callbacks.append(_allow_dyn(dyn))
+            cfg(W, S, B, x[r0:r0 + 1], y[r0:r0 + 1], _scratch()[1], cnt, np.int32(1))
+            continue
         if p.ks > 1:
             w3 = ws if ws.shape == (p.ks, n, out) else ws.reshape(-1)[:p.ks * n * out].reshape((p.ks, n, out))
         else:

@@ -409,3 +409,34 @@ def test_wide_row_launches_real_shapes(label, out, inp, env, rows, monkeypatch):
             assert np.array_equal(ys[0].view(np.uint32), ys[1].view(np.uint32)), f"{label} glu {glu} R={R}"
             if not glu:
                 _check(ys[0], ref[:R], bound[:R])
+
+
+@pytest.mark.parametrize("label,out,inp", [("9B in_proj", 12352, 4096), ("9B down", 4096, 12288),
+                                           ("27B out_proj", 5120, 6144), ("27B in_proj", 16480, 5120)])
+def test_chunks_in_a_block_real_shapes(label, out, inp, monkeypatch):
+    """``TENSORFOLD_GEMV3_KIN=1`` (one-row launches: a block's warps are a tile's K chunks, their sums added in
+    shared memory) at the plans' own chunk counts (4, 12, 6, 5): bit-equal to the split-K form's one-row launch and
+    to the same row of an 8-row launch, within the bf16-x oracle's bound."""
+    import dataclasses
+
+    from tensorfold.kernels import qgemv as Q
+
+    cuda, bits, group, P, S, B, x, ref, bound, p, dev = _bf16x_case(out, inp)
+    sp = dataclasses.replace(p, sw=1)
+    sdev = [cuda.to_device(Q.sweep_pack(P, S, B, bits, group, p.u, per=p.per)), dev[1], dev[2]]
+
+    def one(R, r0=0):
+        y = cuda.to_device(np.full((R, out), np.nan, np.float32))
+        ws = cuda.device_array((p.ks, R, out), np.float32)
+        Q.launch(*sdev, cuda.to_device(x[r0:r0 + R]), y, sp, R, ws=ws)
+        return y.copy_to_host()
+
+    monkeypatch.setenv("TENSORFOLD_GEMV3_KIN", "0")
+    y1, y8 = one(1), one(8)
+    monkeypatch.setenv("TENSORFOLD_GEMV3_KIN", "1")
+    assert Q.kin_ok(sp, 1, False, False, None), label
+    for r0, want in ((0, y1), (5, y8[5:6])):
+        y = one(1, r0)
+        _check(y, ref[r0:r0 + 1], bound[r0:r0 + 1])
+        assert np.array_equal(y.view(np.uint32), want.view(np.uint32)), f"{label} row {r0}"
+    assert np.array_equal(one(1).view(np.uint32), y1.view(np.uint32)), f"{label}: a second launch"
