@@ -1993,8 +1993,12 @@ def kin_mode() -> bool:
 
 def kin_blocks_per_sm(ks: int) -> int:
     """Blocks of ``ks`` warps an SM the chunks-in-a-block form is bounded to (its launch bounds): about the 12
-    warps an SM of the split-K plans (3 blocks of 4 warps), at most 3"""
-    return max(1, min(3, 12 // ks))
+    warps an SM of the split-K plans (3 blocks of 4 warps), at most 3; ``TENSORFOLD_GEMV3_KIN_BPS`` (measurements)
+    lowers that bound. (ptxas sm_90, 9B in_proj, 4 chunks: 190 registers unbounded, 168 with 80 bytes of spills at
+    3 blocks; the split-K kernel takes 154: its chunk index comes from blockIdx, which sm_90 keeps in uniform
+    registers, and a warp index does not.)"""
+    cap = int(os.environ.get("TENSORFOLD_GEMV3_KIN_BPS", "3") or 3)
+    return max(1, min(3, cap, 12 // ks))
 
 
 def kin_smem(p: "V3Plan") -> int:
@@ -2207,6 +2211,10 @@ def _specs():
                    nrm=norms.norm_v_geometry(5120, False), cmpu=unroll_for(True, pn.ks)), sig_n)
     # a K chunk past the static budget (x fragments in dynamic shared memory; TENSORFOLD_GEMV3_CG), 8-row bf16 x
     add(get_pyfunc(4, 64, 1, p.nw, p.mt, 32, p.u, p.depth, sw=True, xh=1), is_hot=False)
+    # one-row launches with a tile's K chunks in one block (opt-in, TENSORFOLD_GEMV3_KIN=1) at the 9B in_proj (4
+    # chunks; a block's warps are its chunks)
+    pk = plan(12352, 4096, 4, 64)
+    add(get_pyfunc(4, 64, 1, pk.ks, pk.mt, pk.cg, pk.u, pk.depth, sw=True, xh=2, kin=True), is_hot=False)
     specs.append((_sweep_k.py_func if hasattr(_sweep_k, "py_func") else _sweep_k,
                   "void(uint32[:, ::1], uint16[:, ::1], uint16[:, ::1], uint32[:, ::1], int32, int32, int32, int32)"))
     # the completion's loads past the last chunk predicated off at 5-8 rows (TENSORFOLD_GEMV3_CPRED=1; the 1-4-row
