@@ -4,7 +4,7 @@
 # one-row qgemv time of that form (TENSORFOLD_GEMV3_KIN=1) against the split-K form (A, B, A, B in separate
 # processes, PDL, 400 launches a graph); then, as time allows, 2 blocks an SM and 9B decode at one stream (A/B).
 . benchmarks/_dec.sh
-begin s54b 9b
+begin s54b
 bench() {  # bench KIN OUT [BPS]: one-row qgemv times at the small decode shapes (swept plans, PDL)
   TENSORFOLD_CACHE_DIR=/tmp/tfkc_kin TENSORFOLD_GEMV3_KIN=$1 TENSORFOLD_GEMV3_KIN_BPS=${3:-3} timeout 100 python3 benchmarks/bench_gemv3.py \
       --configs "4,1,4,1,396" --rows 1 --swept --only-sw --pdl --no-old --shapes 3 \
