@@ -878,11 +878,12 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
     # ---- main loop over this warp's tiles; a tile's nit iterations unrolled, loads running depth iterations ahead
     #      (into the next tile at the end of one)
     a("    qg = 0")
-    xo, xso = ("", "")
-    if kin:  # this warp's chunk of the block's x fragments and group sums
-        a(f"    xo = kz * {XBW}")
-        a(f"    xso = kz * {cg * nt * RPN}")
-        xo, xso = ("xo + ", "xso + ")
+    xbn, xsn = ("xb", "xs")
+    if kin:  # this warp's chunk of the block's x fragments and group sums, as slices: indexed with an offset
+        # instead, the loop's shared loads took 190 registers (ptxas sm_90), 118 as slices (session 54)
+        a(f"    xw = xb[kz * {XBW}:(kz + 1) * {XBW}]")
+        a(f"    xsw = xs[kz * {cg * nt * RPN}:(kz + 1) * {cg * nt * RPN}]")
+        xbn, xsn = ("xw", "xsw")
     if noc:
         a("    xacc = np.uint32(0)")
     if pf:  # every warp runs pf rounds (block barriers between them when kp > 1)
@@ -934,7 +935,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
         for uu in range(u if not noc else 0):
             for s_ in range(spg):
                 for n in range(nt):
-                    a(f"{J}qv = xb[{xo}lane + {lin(it, u * spg * nt * 32, (uu * spg + s_) * nt * 32 + n * 32)}]")
+                    a(f"{J}qv = {xbn}[lane + {lin(it, u * spg * nt * 32, (uu * spg + s_) * nt * 32 + n * 32)}]")
                     a(f"{J}bf{s_}_{n}_0 = np.uint32(qv & np.uint64(0xFFFFFFFF))")
                     a(f"{J}bf{s_}_{n}_1 = np.uint32(qv >> np.uint64(32))")
             for n in range(nt):
@@ -942,7 +943,7 @@ def _gen_source(name: str, bits: int, group: int, nt: int, nw: int, mt: int, cg:
                     for c in range(2):
                         a(f"{J}sx{n}_{c} = xs[2 * t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n + c)}]")
                 else:
-                    a(f"{J}sx{n} = xs[{xso}t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n)}]")
+                    a(f"{J}sx{n} = {xsn}[t + {lin(it, u * RPN * nt, uu * RPN * nt + RPN * n)}]")
             for m in range(mt):
                 for h in ("a", "b"):
                     if u == 1:
@@ -1994,9 +1995,8 @@ def kin_mode() -> bool:
 def kin_blocks_per_sm(ks: int) -> int:
     """Blocks of ``ks`` warps an SM the chunks-in-a-block form is bounded to (its launch bounds): about the 12
     warps an SM of the split-K plans (3 blocks of 4 warps), at most 3; ``TENSORFOLD_GEMV3_KIN_BPS`` (measurements)
-    lowers that bound. (ptxas sm_90, 9B in_proj, 4 chunks: 190 registers unbounded, 168 with 80 bytes of spills at
-    3 blocks; the split-K kernel takes 154: its chunk index comes from blockIdx, which sm_90 keeps in uniform
-    registers, and a warp index does not.)"""
+    lowers that bound. (ptxas sm_90, 9B in_proj, 4 chunks: 118 registers unbounded, no spills at 3 blocks' 168;
+    the split-K kernel takes 154.)"""
     cap = int(os.environ.get("TENSORFOLD_GEMV3_KIN_BPS", "3") or 3)
     return max(1, min(3, cap, 12 // ks))
 
