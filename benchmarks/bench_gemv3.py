@@ -382,6 +382,8 @@ def main(argv=None):
                 gbs = case.nbytes / sec / 1e9
                 geo = (f"ks {p.ks} cg {p.cg} blocks {p.grid_x(Q.nt_for(min(R, 8))) * p.ks}" if isinstance(p, Q.V3Plan)
                        else f"ks {p.ks} tpb {p.tpb}")
+                if isinstance(p, Q.V3Plan) and Q.kin_ok(p, R, glu, False, None):  # TENSORFOLD_GEMV3_KIN=1
+                    geo = f"chunks in a block: ks {p.ks} cg {p.cg} blocks {Q.kin_grid(p)} of {32 * p.ks} threads"
                 row = dict(model=model, label=label, out=out, inp=inp, R=R, kernel=name, us=us, gbs=gbs,
                            pct=100 * gbs / bw, geo=geo, how=how)
                 res.append(row)
